@@ -1,0 +1,1 @@
+"""Benchmark specs (named, composable graphs) and their data loaders."""

@@ -1,0 +1,29 @@
+"""evaldag's engine: declare metrics, build the graph, run it with a shared cache.
+
+The public API (one page; see docs/writing-a-metric.md)::
+
+    metric, provider, Metric, Params      declare metrics, providers, parameters
+    Result                                what a metric returns
+    Graph, run, RunResult                 build and run a graph
+    Store, default_cache_dir              the on-disk cache
+    TokenStats, Generate, GenerationSettings, HiddenStates, GradNorm   requests
+    Rows, Value                           wrap data for binding as resources
+    write_report                          <BENCH>_EVAL.json, _SUMMARY.json, run.json
+"""
+
+from .declare import REGISTRY, DeclarationError, Metric, MetricDef, Node, NoParams, Params, metric, provider
+from .graph import Graph, GraphError
+from .report import write as write_report
+from .requests import Generate, GenerationSettings, GradNorm, HiddenStates, Request, TokenStats
+from .resources import MissingResource, Rows, Value
+from .results import Result
+from .run_result import RunResult
+from .schedule import run
+from .store import Store, default_cache_dir
+
+__all__ = [
+    "REGISTRY", "DeclarationError", "Metric", "MetricDef", "Node", "NoParams", "Params", "metric", "provider",
+    "Graph", "GraphError", "write_report", "Generate", "GenerationSettings", "GradNorm", "HiddenStates",
+    "Request", "TokenStats", "MissingResource", "Rows", "Value", "Result", "RunResult", "run", "Store",
+    "default_cache_dir",
+]

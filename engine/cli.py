@@ -1,0 +1,155 @@
+"""The ``evaldag`` command line.
+
+    evaldag run [BENCH ...] [options]     run benchmarks (default: the toy graph)
+    evaldag list                          registered metrics
+    evaldag cache info|ls|explain|verify|clear|prune
+
+Benchmarks plug in through a module with ``add_arguments(parser)`` and
+``build(args) -> (nodes, resources)``. Only what a command needs is imported, so a
+warm rerun never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+BENCHMARKS = {
+    "toy": "evaldag.benchmarks.toy_cli",
+}
+
+
+def _bench_module(name: str):
+    if name not in BENCHMARKS:
+        raise SystemExit(f"evaldag: unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
+    return importlib.import_module(BENCHMARKS[name])
+
+
+def _parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; the run command gains the options of each named benchmark."""
+    p = argparse.ArgumentParser(prog="evaldag", description="Evaluate language models with metric graphs.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
+    r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(sorted(BENCHMARKS))}); default: toy")
+    r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
+    r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
+    r.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
+    r.add_argument("-j", "--n-jobs", type=int, default=1, help="parallel CPU workers for aggregators (joblib)")
+    r.add_argument("--force", action="store_true", help="recompute every node, ignoring cached node results")
+    r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
+    r.add_argument("--quiet", action="store_true", help="print only errors")
+    for name in benchmarks or []:
+        _bench_module(name).add_arguments(r)
+
+    sub.add_parser("list", help="list registered metrics")
+
+    c = sub.add_parser("cache", help="inspect or clean the cache")
+    c.add_argument("action", choices=["info", "ls", "explain", "verify", "clear", "prune"])
+    c.add_argument("fingerprint", nargs="?", help="for explain: a fingerprint or prefix")
+    c.add_argument("--cache-dir", default=None)
+    c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
+    c.add_argument("--yes", action="store_true", help="for clear: do not ask")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # benchmark options are added once we know which benchmarks were named
+    known, _ = _parser().parse_known_args(argv)
+    benches = (known.benchmarks or ["toy"]) if known.cmd == "run" else []
+    args = _parser(benches).parse_args(argv)
+    if args.cmd == "run":
+        return cmd_run(args)
+    if args.cmd == "list":
+        return cmd_list()
+    return cmd_cache(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import report
+    from .schedule import run
+    from .graph import GraphError
+    from .resources import MissingResource
+    from .terminal import print_run
+
+    benches = args.benchmarks or ["toy"]
+    nodes, resources = [], {}
+    try:
+        for name in benches:
+            n, res = _bench_module(name).build(args)
+            nodes += n
+            resources.update(res)
+        result = run(nodes, resources, cache_dir=args.cache_dir, n_jobs=args.n_jobs, progress=args.progress, force=args.force)
+    except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out or "evaldag-out")
+    report.write(result, out, bench=benches[0])
+    if not args.quiet:
+        print_run(result, out)
+    return 0 if result.ok else 1
+
+
+def cmd_list() -> int:
+    from .declare import REGISTRY
+
+    for m in REGISTRY.all():
+        first = (m.doc.splitlines() or [""])[0]
+        print(f"{m.name:34s} {m.kind:10s} v{m.version:4s} {first}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not m:
+        raise SystemExit(f"evaldag: --older-than wants e.g. 30d, 12h, 45m, 10s; got {text!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .store import Store
+
+    store = Store(args.cache_dir)
+    if args.action == "info":
+        print(json.dumps(store.info(), indent=2))
+    elif args.action == "ls":
+        for p in store.entries():
+            entry = store.get(p.stem)
+            meta = entry.meta if entry else {}
+            print(f"{p.stem[:16]}  {p.stat().st_size:>10d}  {meta.get('node', '?')}")
+    elif args.action == "explain":
+        if not args.fingerprint:
+            raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix)")
+        hits = store.find(args.fingerprint)
+        if len(hits) != 1:
+            print(f"evaldag: {len(hits)} entries match {args.fingerprint!r}", file=sys.stderr)
+            return 2
+        entry = store.get(hits[0])
+        print(json.dumps(entry.meta if entry else {}, indent=2, sort_keys=True))
+    elif args.action == "verify":
+        bad = store.verify()
+        for b in bad:
+            print(f"corrupt: {b}")
+        print(f"{len(list(store.entries()))} entries, {len(bad)} corrupt")
+        return 1 if bad else 0
+    elif args.action == "clear":
+        if not args.yes and sys.stdin.isatty():
+            if input(f"delete {store.root}? [y/N] ").strip().lower() != "y":
+                return 1
+        store.clear()
+        print(f"cleared {store.root}")
+    elif args.action == "prune":
+        if not args.older_than:
+            raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
+        n = store.prune(_duration(args.older_than))
+        print(f"pruned {n} entries")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,208 @@
+"""The executor: serves the requests of every ready scorer at once.
+
+collect -> group by (model, kind) -> drop duplicates -> serve from the request cache ->
+load the model on the first miss -> sort longest first and pack under a token budget ->
+run -> store each batch at once -> scatter to every asker, in order.
+
+Why this order: the cache is read *before* any model is touched, so a warm rerun never
+loads weights; duplicates are dropped before batching, so a sequence is forwarded once
+however many metrics ask for it; each finished batch is written at once, so a killed run
+loses at most the batch in flight. On :class:`OutOfMemory` the batch is halved and the
+rest of the group re-packed under the smaller budget; a single request that does not fit
+is an error that says so.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict, deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from .adapters.base import OutOfMemory
+from .batching import Budget, default_budget, halve, pack, padded_tokens
+from .request_cache import RequestCache
+from .requests import Request
+
+_COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
+             "batches", "oom_retries", "seconds")
+# Kinds that must run one sample per batch (a backward pass per sample).
+_MAX_BATCH = {"grad_norm": 1}
+
+
+@dataclass
+class KindStats:
+    requests: int = 0
+    unique: int = 0
+    cached: int = 0
+    sequences_forwarded: int = 0
+    tokens_real: int = 0
+    tokens_padded: int = 0
+    batches: int = 0
+    oom_retries: int = 0
+    seconds: float = 0.0
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1.0 - self.tokens_real / self.tokens_padded if self.tokens_padded else 0.0
+
+
+@dataclass
+class ExecutorStats:
+    by_kind: dict[str, KindStats] = field(default_factory=lambda: defaultdict(KindStats))
+    models_loaded: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``executor`` block of run.json (totals, then per request kind)."""
+        tot = KindStats()
+        for s in self.by_kind.values():
+            for k in _COUNTERS:
+                setattr(tot, k, getattr(tot, k) + getattr(s, k))
+        out: dict[str, Any] = {k: v for k, v in asdict(tot).items() if k != "seconds"}
+        out["padding_fraction"] = tot.padding_fraction
+        out["generations"] = self.by_kind["generate"].sequences_forwarded if "generate" in self.by_kind else 0
+        out["model_loaded"] = bool(self.models_loaded)
+        out["seconds"] = tot.seconds
+        out["by_kind"] = {kind: {**asdict(s), "padding_fraction": s.padding_fraction}
+                          for kind, s in sorted(self.by_kind.items())}
+        return out
+
+
+FaultHook = Callable[[str, list], None]
+
+
+class Executor:
+    """Serve ``(model_resource, request)`` pairs; results come back in the same order.
+
+    ``batch_tokens`` overrides the token budget per batch; ``device`` overrides the device
+    whose default budget is used (otherwise the adapter's). ``fault`` is a test hook,
+    ``fault(kind, requests)``, called before every batch; it may raise (e.g.
+    :class:`OutOfMemory`) to exercise the recovery paths.
+    """
+
+    def __init__(self, cache: RequestCache | None = None, progress: bool = False,
+                 batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None):
+        self.cache = cache
+        self.progress = progress
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.fault = fault
+        self.stats = ExecutorStats()
+        self._adapters: dict[str, Any] = {}
+        self._budgets: dict[tuple[str, str], Budget] = {}
+
+    def adapter(self, model: Any, fp: str | None = None) -> Any:
+        fp = fp or model.fingerprint()
+        if fp not in self._adapters:
+            self._adapters[fp] = model.load()
+            self.stats.models_loaded.append(fp)
+        return self._adapters[fp]
+
+    def serve(self, work: Sequence[tuple[Any, Request]]) -> list[Any]:
+        fps: dict[int, str] = {}  # fingerprint once per resource object, not per request
+        models: dict[str, Any] = {}
+        reqs: dict[str, Request] = {}
+        groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for i, (model, req) in enumerate(work):
+            fp = fps.get(id(model)) or fps.setdefault(id(model), model.fingerprint())
+            models.setdefault(fp, model)
+            key = req.key()
+            reqs[key] = req
+            groups[(fp, req.kind)][key].append(i)
+        out: list[Any] = [None] * len(work)
+        for (fp, kind), by_key in groups.items():
+            st = self.stats.by_kind[kind]
+            t0 = time.perf_counter()
+            st.requests += sum(len(v) for v in by_key.values())
+            st.unique += len(by_key)
+            found = self.cache.get_many(fp, list(by_key)) if self.cache else {}
+            st.cached += len(found)
+            missing = [(k, reqs[k]) for k in by_key if k not in found]
+            if missing:
+                found.update(self._compute(models[fp], fp, kind, missing, st))
+            for key, idxs in by_key.items():
+                for i in idxs:
+                    out[i] = found[key]
+            st.seconds += time.perf_counter() - t0
+        return out
+
+    # -- running one (model, kind) group
+    def _budget(self, adapter: Any, fp: str, kind: str) -> Budget:
+        if (fp, kind) not in self._budgets:
+            hint = adapter.budget_hint() if hasattr(adapter, "budget_hint") else None
+            device = self.device or getattr(adapter, "device", "cpu")
+            self._budgets[(fp, kind)] = default_budget(device, self.batch_tokens, hint, _MAX_BATCH.get(kind))
+        return self._budgets[(fp, kind)]
+
+    def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
+        adapter = self.adapter(model, fp)
+        length = _length
+        queue = deque(pack(items, length, self._budget(adapter, fp, kind)))
+        results: dict[str, Any] = {}
+        bar = self._bar(kind, sum(length(x) for x in items))
+        try:
+            while queue:
+                batch = queue.popleft()
+                got = self._run(adapter, kind, batch)
+                if got is None:  # out of memory: halve it, and re-pack the rest under the smaller budget
+                    if len(batch) == 1:
+                        raise RuntimeError(
+                            f"a single {kind} request of {batch[0][1].length()} tokens does not fit on "
+                            f"{getattr(adapter, 'device', '?')}; use a smaller dtype or shorter inputs")
+                    st.oom_retries += 1
+                    old = self._budgets[(fp, kind)]
+                    new = Budget(max(1, padded_tokens(batch, length) // 2), old.max_batch)
+                    self._budgets[(fp, kind)] = new
+                    rest = [x for b in queue for x in b]
+                    queue = deque([*halve(batch), *pack(rest, length, new)])
+                    continue
+                self._record(adapter, kind, batch, got, st)
+                if self.cache is not None:
+                    self.cache.put_many(fp, [(k, kind, r) for (k, _), r in zip(batch, got)])
+                results.update((k, r) for (k, _), r in zip(batch, got))
+                bar.update(sum(length(x) for x in batch))
+        finally:
+            bar.close()
+        return results
+
+    def _run(self, adapter: Any, kind: str, batch: list[tuple[str, Request]]) -> list | None:
+        """The batch's results, or None when it ran out of memory."""
+        requests = [r for _, r in batch]
+        try:
+            if self.fault is not None:
+                self.fault(kind, requests)
+            got = adapter.run_batch(requests)
+        except OutOfMemory:
+            return None
+        if len(got) != len(requests):
+            raise RuntimeError(f"adapter returned {len(got)} results for {len(requests)} {kind} requests")
+        return got
+
+    @staticmethod
+    def _record(adapter: Any, kind: str, batch: list, got: list, st: KindStats) -> None:
+        tokens = getattr(adapter, "last_batch_tokens", None)
+        real, padded = tokens if tokens else (sum(_length(x) for x in batch), padded_tokens(batch, _length))
+        st.tokens_real += int(real)
+        st.tokens_padded += int(padded)
+        st.sequences_forwarded += len(batch)
+        st.batches += 1
+
+    def _bar(self, kind: str, total: int) -> Any:
+        if not self.progress:
+            return _NoBar()
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, unit="tok", unit_scale=True, desc=f"evaldag {kind}", file=sys.stderr, leave=False)
+
+
+def _length(item: tuple[str, Request]) -> int:
+    return item[1].length()
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,91 @@
+"""Writing a run's files: ``<BENCH>_EVAL.json``, ``<BENCH>_SUMMARY.json`` and ``run.json``.
+
+The EVAL and SUMMARY files use open-unlearning's shapes and metric names, so either
+tool can read the other's files (e.g. as retain logs). ``run.json`` is read by other
+tools (the renderers, ``evaldag report``); its keys are stable::
+
+    {"nodes": {name: {"fingerprint", "status", "seconds", "reason"}},
+     "executor": {...}, "wall_seconds": float, "provenance": {...}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .results import Result
+from .run_result import RunResult
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON data: Results as their dict, arrays as lists, NaN kept as NaN."""
+    if isinstance(x, Result):
+        return jsonable(x.to_dict())
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _dump(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def node_names(result: RunResult) -> dict[str, str]:
+    """Vertex key -> the name run.json uses (``group/name`` only when groups would collide)."""
+    qualify = len([g for g in result.graph.groups if g is not None]) > 1
+    out = {}
+    for v in result.graph.order():
+        if v.names:
+            g, n = v.names[0]
+            out[v.key] = f"{g}/{n}" if qualify and g else n
+        else:
+            out[v.key] = v.label
+    return out
+
+
+def run_json(result: RunResult) -> dict:
+    names = node_names(result)
+    nodes = {names[k]: rec.to_json() for k, rec in result.records.items()}
+    for k, rec in result.records.items():
+        v = result.graph.vertices[k]
+        nodes[names[k]].update(metric=v.metric.name, kind=v.metric.kind, parents={a: names[p] for a, p in v.parent_keys.items()})
+    return {
+        "nodes": nodes,
+        "executor": result.executor,
+        "wall_seconds": result.wall_seconds,
+        "provenance": result.provenance,
+    }
+
+
+def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None) -> list[Path]:
+    """Write the EVAL/SUMMARY pair per benchmark group, and run.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    groups = [g for g in result.graph.groups if g is not None] or [None]
+    for g in groups:
+        name = (g or bench or "RUN").upper()
+        evals = {n: v for n, v in result.results(g).items() if isinstance(v, Result)}
+        _dump(out / f"{name}_EVAL.json", evals)
+        _dump(out / f"{name}_SUMMARY.json", result.summary(g))
+        written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
+    _dump(out / "run.json", run_json(result))
+    written.append(out / "run.json")
+    return written
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file written by us or by open-unlearning (NaN literals allowed)."""
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,233 @@
+"""Units of model work: frozen, hashable request values and their results.
+
+A scorer never calls a model; it emits these values. Because they are plain frozen
+dataclasses of ints, strings and floats, two metrics asking for the same forward pass
+produce *equal* requests, and the executor serves them once. ``key()`` is the
+request's identity in the request cache (combined there with the model fingerprint);
+it is a hash of a type tag and the fields, never of Python object identity.
+
+Results hold numpy arrays only (no tensors, no logits), so they can be stored in
+safetensors and handed to every node that asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+# Bump when the way a request is computed changes (e.g. the stats kernel); it is part
+# of every request key, so old cached results are not reused.
+REQUEST_SCHEMA = "1"
+
+
+class Request:
+    """Base of every request type. Subclasses are frozen dataclasses."""
+
+    kind: ClassVar[str] = "request"
+    # Which side padding goes in a batch of this kind ("right" for teacher forcing,
+    # "left" for generation); the adapter honours it.
+    padding_side: ClassVar[str] = "right"
+
+    @functools.cached_property
+    def _key(self) -> str:
+        payload: dict = {"kind": self.kind, "schema": REQUEST_SCHEMA}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            payload[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def key(self) -> str:
+        return self._key
+
+    def length(self) -> int:
+        """Tokens this request puts through the model (for sorting and budgets)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TokenStats(Request):
+    """Per-token statistics of ``continuation_ids`` given ``context_ids`` (teacher forcing).
+
+    For every continuation token t the result holds: the target log-prob, the argmax
+    token of the prediction for t, and the mean ``mu = sum_v p_v log p_v`` and variance
+    ``var = sum_v p_v (log p_v)^2 - mu^2`` of the log-probs under the model's own
+    distribution. These few numbers serve probability, truth ratio, extraction strength,
+    exact memorization and the LOSS, ZLib, Min-K% and Min-K%++ attacks.
+    """
+
+    context_ids: tuple[int, ...]
+    continuation_ids: tuple[int, ...]
+    kind: ClassVar[str] = "token_stats"
+    padding_side: ClassVar[str] = "right"
+
+    def length(self) -> int:
+        return len(self.context_ids) + len(self.continuation_ids)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How to generate. ``seed`` is required for sampling so results are reproducible."""
+
+    max_new_tokens: int = 200
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.do_sample and self.seed is None:
+            raise ValueError("GenerationSettings: sampling needs an explicit seed")
+        if self.max_new_tokens < 1:
+            raise ValueError("GenerationSettings: max_new_tokens must be >= 1")
+
+
+@dataclass(frozen=True)
+class Generate(Request):
+    """Generate from ``prompt_ids``; the result has the new token ids and decoded text."""
+
+    prompt_ids: tuple[int, ...]
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    kind: ClassVar[str] = "generate"
+    padding_side: ClassVar[str] = "left"
+
+    def length(self) -> int:
+        return len(self.prompt_ids) + self.settings.max_new_tokens
+
+
+@dataclass(frozen=True)
+class HiddenStates(Request):
+    """Hidden states of ``ids`` at ``layers`` (0 = embeddings output)."""
+
+    ids: tuple[int, ...]
+    layers: tuple[int, ...]
+    kind: ClassVar[str] = "hidden_states"
+    padding_side: ClassVar[str] = "right"
+
+    def length(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class GradNorm(Request):
+    """Gradient norms of the mean NLL of the continuation (one backward pass per sample).
+
+    ``exclude_last`` drops the last continuation token from the loss (open-unlearning's
+    GradNorm attack excludes the trailing eos). The result is the mean over parameters
+    of each parameter's ``||grad||_p`` (open-unlearning's definition, not a global norm).
+    """
+
+    context_ids: tuple[int, ...]
+    continuation_ids: tuple[int, ...]
+    p: float = 2.0
+    exclude_last: bool = True
+    kind: ClassVar[str] = "grad_norm"
+    padding_side: ClassVar[str] = "right"
+
+    def length(self) -> int:
+        return len(self.context_ids) + len(self.continuation_ids)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class TokenStatsResult:
+    """Arrays of length ``len(continuation_ids)``: logprob, argmax, mu, var (float32/int32)."""
+
+    logprob: np.ndarray
+    argmax: np.ndarray
+    mu: np.ndarray
+    var: np.ndarray
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"logprob": self.logprob, "argmax": self.argmax, "mu": self.mu, "var": self.var}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "TokenStatsResult":
+        return cls(arrays["logprob"], arrays["argmax"], arrays["mu"], arrays["var"])
+
+
+def pack_token_stats(results: "list[TokenStatsResult]") -> dict[str, np.ndarray]:
+    """Many results as flat arrays plus ``offsets`` (CSR): one tensor per field in the store.
+
+    A scorer over thousands of items should return this rather than a list of small
+    arrays: the store then reads 5 tensors instead of thousands.
+    """
+    lengths = [len(r.logprob) for r in results]
+    offsets = np.zeros(len(results) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(lengths)
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        parts = [getattr(r, name) for r in results]
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    return {"logprob": cat("logprob", np.float32), "argmax": cat("argmax", np.int32), "mu": cat("mu", np.float32), "var": cat("var", np.float32), "offsets": offsets}
+
+
+def unpack_token_stats(packed: dict[str, np.ndarray]) -> "list[TokenStatsResult]":
+    """Inverse of :func:`pack_token_stats` (views into the flat arrays, no copies)."""
+    o = packed["offsets"]
+    return [
+        TokenStatsResult(*(packed[f][o[i] : o[i + 1]] for f in ("logprob", "argmax", "mu", "var")))
+        for i in range(len(o) - 1)
+    ]
+
+
+@dataclass
+class GenerateResult:
+    """New token ids (without the prompt, without padding) and their decoded text."""
+
+    token_ids: np.ndarray
+    text: str
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"token_ids": self.token_ids}
+
+    def meta(self) -> dict:
+        return {"text": self.text}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "GenerateResult":
+        return cls(arrays["token_ids"], meta["text"])
+
+
+@dataclass
+class HiddenStatesResult:
+    """``states[i]`` is the ``[len(ids), hidden]`` array at ``layers[i]``."""
+
+    states: np.ndarray
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"states": self.states}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "HiddenStatesResult":
+        return cls(arrays["states"])
+
+
+@dataclass
+class GradNormResult:
+    value: float
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"value": np.asarray([self.value], dtype=np.float64)}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "GradNormResult":
+        return cls(float(arrays["value"][0]))
+
+
+RESULT_TYPES = {
+    "token_stats": TokenStatsResult,
+    "generate": GenerateResult,
+    "hidden_states": HiddenStatesResult,
+    "grad_norm": GradNormResult,
+}

@@ -1,0 +1,131 @@
+"""What a run leaves behind: per-node records, values on demand, statistics, provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from .graph import Graph, Vertex
+from .results import Result
+from .store import Store
+
+STATUSES = ("computed", "cached", "failed", "skipped")
+
+
+@dataclass
+class NodeRecord:
+    """How one vertex fared: status, seconds, why it was (re)computed, the error if any."""
+
+    key: str
+    name: str
+    fingerprint: str
+    status: str
+    seconds: float = 0.0
+    reason: str = ""
+    error: str = ""
+
+    @classmethod
+    def cached(cls, v: Vertex) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "cached")
+
+    @classmethod
+    def computed(cls, v: Vertex, seconds: float, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "computed", seconds, reason)
+
+    @classmethod
+    def failed(cls, v: Vertex, seconds: float, error: str) -> "NodeRecord":
+        last = error.strip().splitlines()[-1] if error.strip() else "error"
+        return cls(v.key, v.label, v.fingerprint, "failed", seconds, last, error)
+
+    @classmethod
+    def skipped(cls, v: Vertex, why: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "skipped", 0.0, why)
+
+    @classmethod
+    def twin(cls, v: Vertex, head: "NodeRecord") -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, head.status, head.seconds, head.reason, head.error)
+
+    def to_json(self) -> dict:
+        out = {"fingerprint": self.fingerprint, "status": self.status, "seconds": round(self.seconds, 6), "reason": self.reason}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class RunResult:
+    graph: Graph
+    store: Store
+    records: dict[str, NodeRecord]
+    loaded: dict[str, Any] = field(default_factory=dict)
+    executor: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("computed", "cached") for r in self.records.values())
+
+    def value(self, name: str) -> Any:
+        """A node's value by display name (loaded from the store if it was cached)."""
+        v = self.graph.find(name)
+        if v.key not in self.loaded:
+            entry = self.store.get(v.fingerprint)
+            if entry is None:
+                rec = self.records.get(v.key)
+                raise KeyError(f"{name}: no value ({rec.status if rec else 'not run'}: {rec.reason if rec else ''})")
+            self.loaded[v.key] = entry.value
+        return self.loaded[v.key]
+
+    __getitem__ = value
+
+    def record(self, name: str) -> NodeRecord:
+        return self.records[self.graph.find(name).key]
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.records.values() if r.status == status)
+
+    def failures(self) -> list[NodeRecord]:
+        return [r for r in self.records.values() if r.status == "failed"]
+
+    def results(self, group: str | None = None) -> dict[str, Any]:
+        """Display name -> value for every named node (of ``group``) that has a value."""
+        out = {}
+        for v in self.graph.order():
+            for g, n in v.names:
+                if group is not None and g != group:
+                    continue
+                rec = self.records.get(v.key)
+                if rec and rec.status in ("computed", "cached"):
+                    out[n] = self.value(f"{g}/{n}" if g else n)
+        return out
+
+    def summary(self, group: str | None = None) -> dict[str, Any]:
+        """Top-level requested metric -> agg_value."""
+        out = {}
+        for key in self.graph.roots:
+            v = self.graph.vertices[key]
+            for g, n in v.names[:1] or [(v.node.group, v.label)]:
+                if group is not None and g != group:
+                    continue
+                rec = self.records.get(key)
+                val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None
+                out[n] = val.agg_value if isinstance(val, Result) else val
+        return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(resources: Any) -> dict:
+    """Versions (read from package metadata: importing torch would cost seconds) and models."""
+    out = {"evaldag": _version("evaldag"), "torch": _version("torch"), "transformers": _version("transformers")}
+    models = resources.model_fingerprints() if resources is not None else {}
+    out["model_fingerprint"] = models.get("model")
+    out["models"] = models
+    return out

@@ -1,0 +1,43 @@
+"""Plain-text summaries of a run for the terminal."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .results import Result
+from .run_result import RunResult
+
+
+def fmt(x: object) -> str:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.3e}"
+    return "-" if x is None else str(x)
+
+
+def print_run(result: RunResult, out: Path | None = None) -> None:
+    groups = [g for g in result.graph.groups if g is not None] or [None]
+    for g in groups:
+        if g:
+            print(f"== {g}")
+        for name, val in result.summary(g).items():
+            rec = result.record(f"{g}/{name}" if g else name)
+            print(f"  {name:32s} {fmt(val):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]")
+    ex = result.executor
+    counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}
+    print(
+        f"nodes: {counts['computed']} computed, {counts['cached']} cached, {counts['failed']} failed, {counts['skipped']} skipped"
+        f" | requests: {ex.get('requests', 0)} asked, {ex.get('unique', 0)} unique, {ex.get('cached', 0)} from cache,"
+        f" {ex.get('sequences_forwarded', 0)} forwarded | padding {100 * ex.get('padding_fraction', 0.0):.1f}%"
+        f" | {result.wall_seconds:.2f}s"
+    )
+    for rec in result.failures():
+        print(f"FAILED {rec.name}:\n{rec.error}")
+    if out is not None:
+        print(f"wrote {out}/")
+
+
+def summary_line(name: str, value: Result | object) -> str:
+    return f"{name}: {fmt(value.agg_value if isinstance(value, Result) else value)}"

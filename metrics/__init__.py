@@ -1,0 +1,14 @@
+"""evaldag's metric library, grouped by what the metrics measure.
+
+Importing a submodule registers its metrics. ``register_builtin`` (the package's own
+``evaldag.metrics`` entry point) imports them all, so ``evaldag list`` shows them.
+"""
+
+import importlib
+
+BUILTIN_MODULES: tuple[str, ...] = ("toy",)
+
+
+def register_builtin() -> None:
+    for name in BUILTIN_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
