@@ -20,6 +20,7 @@ from pathlib import Path
 
 BENCHMARKS = {
     "toy": "evaldag.benchmarks.toy_cli",
+    "tofu": "evaldag.benchmarks.tofu.cli",
 }
 
 
@@ -75,6 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .schedule import run
     from .graph import GraphError
     from .resources import MissingResource
+    from .executor import Executor
+    from .request_cache import RequestCache
+    from .store import Store
     from .terminal import print_run
 
     benches = args.benchmarks or ["toy"]
@@ -84,7 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             n, res = _bench_module(name).build(args)
             nodes += n
             resources.update(res)
-        result = run(nodes, resources, cache_dir=args.cache_dir, n_jobs=args.n_jobs, progress=args.progress, force=args.force)
+        store = Store(args.cache_dir)
+        executor = Executor(cache=RequestCache(store.root), progress=args.progress, batch_tokens=getattr(args, "batch_tokens", None))
+        result = run(nodes, resources, store=store, executor=executor, n_jobs=args.n_jobs, force=args.force)
     except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2

@@ -136,7 +136,10 @@ class Graph:
                 else:
                     self.nx.add_edge(pk, key, keys=[k])
         if node.name:
-            self._name(v, group, node.name)
+            # a named node reached through a renaming parent (e.g. the retain-model side of
+            # forget quality) is other work than the node under its own name: qualify it
+            renamed = sorted({outer for local, outer in inherited.items() if local != outer})
+            self._name(v, group, node.name + "".join(f"@{r}" for r in renamed))
         return key
 
     def _name(self, v: Vertex, group: str | None, name: str) -> None:

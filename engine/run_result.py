@@ -102,7 +102,11 @@ class RunResult:
         return out
 
     def summary(self, group: str | None = None) -> dict[str, Any]:
-        """Top-level requested metric -> agg_value."""
+        """Top-level requested metric -> agg_value; metrics without a value are left out.
+
+        open-unlearning's ``<BENCH>_SUMMARY.json`` omits a metric whose value is None
+        (forget quality without retain logs); so does this. run.json says why.
+        """
         out = {}
         for key in self.graph.roots:
             v = self.graph.vertices[key]
@@ -111,7 +115,9 @@ class RunResult:
                     continue
                 rec = self.records.get(key)
                 val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None
-                out[n] = val.agg_value if isinstance(val, Result) else val
+                agg = val.agg_value if isinstance(val, Result) else val
+                if agg is not None:
+                    out[n] = agg
         return out
 
 

@@ -6,7 +6,7 @@ Importing a submodule registers its metrics. ``register_builtin`` (the package's
 
 import importlib
 
-BUILTIN_MODULES: tuple[str, ...] = ("toy",)
+BUILTIN_MODULES: tuple[str, ...] = ("scoring", "likelihood", "generation", "memorization", "privacy", "utility", "toy")
 
 
 def register_builtin() -> None:
