@@ -21,6 +21,7 @@ from pathlib import Path
 BENCHMARKS = {
     "toy": "evaldag.benchmarks.toy_cli",
     "tofu": "evaldag.benchmarks.tofu.cli",
+    "muse": "evaldag.benchmarks.muse.cli",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import common
+from ..catalogue import parse_metrics
 from . import spec
 from .data import load_eval_logs, load_subset, tofu_splits
 
@@ -36,26 +37,9 @@ def build(args: argparse.Namespace):
     for role, subset in tofu_splits(args.forget_split, args.holdout_split).items():
         resources[RESOURCE_OF_ROLE[role]] = common.rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
     if logs:
-        resources["retain_logs"] = common.logs_value(load_eval_logs(logs).raw, logs)
+        resources["tofu_retain_logs"] = common.logs_value(load_eval_logs(logs).raw, logs)
     return spec.nodes(metrics, cfg), resources
 
 
 def _metrics(args: argparse.Namespace) -> tuple[str, ...]:
-    if not args.metrics:
-        return spec.DEFAULT_METRICS
-    names = []
-    for m in args.metrics.split(","):
-        m = m.strip()
-        if m == "default":
-            names += spec.DEFAULT_METRICS
-        elif m == "mia":
-            names += spec.MIA_METRICS
-        elif m == "all":
-            names += spec.metric_names()
-        elif m:
-            names.append(m)
-    known = set(spec.metric_names())
-    unknown = [m for m in names if m not in known]
-    if unknown:
-        raise ValueError(f"unknown TOFU metric(s) {unknown}; known: {', '.join(sorted(known))}")
-    return tuple(dict.fromkeys(names))
+    return parse_metrics(args.metrics, spec.DEFAULT_METRICS, {"mia": spec.MIA_METRICS}, spec.metric_names(), "TOFU", strict=len(args.benchmarks or []) <= 1)

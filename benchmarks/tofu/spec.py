@@ -16,7 +16,7 @@ open-unlearning or evaldag ``TOFU_EVAL.json``), ``reference_model`` (the Referen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from ...engine import Node
 from ...engine.adapters.base import PromptTemplate
@@ -25,7 +25,6 @@ from ...metrics.likelihood import probability, probability_normalised, truth_rat
 from ...metrics.memorization import exact_memorization_node, extraction_strength_node
 from ...metrics.privacy import (
     forget_quality_node,
-    from_logs,
     mia_gradnorm,
     mia_loss,
     mia_min_k,
@@ -36,6 +35,7 @@ from ...metrics.privacy import (
 )
 from ...metrics.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.utility import MODEL_UTILITY_PARTS, model_utility_node
+from ..catalogue import Catalogue
 
 GROUP = "TOFU"
 
@@ -62,21 +62,8 @@ class TofuConfig:
     k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
 
 
-class _Catalogue:
-    """Builds each named node once, on demand, so shared parents are shared instances."""
-
-    def __init__(self, cfg: TofuConfig):
-        self.cfg = cfg
-        self.made: dict[str, Node] = {}
-        self.recipes: dict[str, Callable[[], Node]] = {}
-        self._declare()
-
-    def __getitem__(self, name: str) -> Node:
-        if name not in self.made:
-            if name not in self.recipes:
-                raise KeyError(f"TOFU has no metric {name!r}; known: {', '.join(sorted(self.recipes))}")
-            self.made[name] = self.recipes[name]().named(name, GROUP)
-        return self.made[name]
+class _Catalogue(Catalogue):
+    GROUP = GROUP
 
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:
@@ -122,8 +109,8 @@ class _Catalogue:
             }
         )
         r["mia_gradnorm"] = lambda: mia_gradnorm(parents={"forget": self._grad("forget"), "holdout": self._grad("holdout")})
-        r["forget_quality"] = lambda: forget_quality_node(parents={"forget": self["forget_truth_ratio"], **self._reference("forget_truth_ratio")})
-        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self._reference("mia_min_k")})
+        r["forget_quality"] = lambda: forget_quality_node(parents={"forget": self["forget_truth_ratio"], **self.reference("forget_truth_ratio")})
+        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.reference("mia_min_k")})
 
     def _truth_ratio(self, pre: str, correct: str, aggregator: str) -> Node:
         return truth_ratio(aggregator=aggregator, parents={"correct": self[correct], "wrong": self[f"{pre}_Q_A_PERT_Prob"]})
@@ -136,18 +123,6 @@ class _Catalogue:
         c = self.cfg
         return grad_norms(template=c.template, joint_tokenization=c.joint_tokenization, bind={"data": f"tofu_{split}"})
 
-    def _reference(self, name: str) -> dict[str, Node]:
-        """The retain model's value of ``name``: the same node on ``retain_model``, or its logs."""
-        if self.cfg.retain == "model":
-            node = self[name]
-            return {"retain": Node(node.metric, node.params, node.parents, {**node.bind, "model": "retain_model"})}
-        if self.cfg.retain == "logs":
-            return {"retain": from_logs(key=name)}
-        return {}
-
-    def names(self) -> list[str]:
-        return sorted(self.recipes)
-
 
 def metric_names() -> list[str]:
     """Every TOFU metric name this benchmark knows (open-unlearning's names)."""
@@ -156,5 +131,4 @@ def metric_names() -> list[str]:
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
     """The named top-level nodes for ``metrics`` (their parents come along)."""
-    cat = _Catalogue(cfg)
-    return [cat[m] for m in metrics]
+    return _Catalogue.build(metrics, cfg)

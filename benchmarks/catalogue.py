@@ -1,0 +1,72 @@
+"""What every benchmark spec shares: named nodes built once, on demand, and the retain side."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..engine import Node
+from ..metrics.privacy import from_logs
+
+
+class Catalogue:
+    """Name -> recipe; each named node is built once so shared parents are shared instances.
+
+    Subclasses fill ``self.recipes`` in ``_declare``. ``GROUP`` is the benchmark's name
+    (the prefix of its ``<GROUP>_EVAL.json``); ``retain`` says where forget quality and
+    privleak find the retain model's values: ``"model"`` (the same node bound to
+    ``retain_model``), ``"logs"`` (read from ``<group>_retain_logs``) or ``"none"``.
+    """
+
+    GROUP = ""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.made: dict[str, Node] = {}
+        self.recipes: dict[str, Callable[[], Node]] = {}
+        self._declare()
+
+    def _declare(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> Node:
+        if name not in self.made:
+            if name not in self.recipes:
+                raise KeyError(f"{self.GROUP} has no metric {name!r}; known: {', '.join(sorted(self.recipes))}")
+            self.made[name] = self.recipes[name]().named(name, self.GROUP)
+        return self.made[name]
+
+    def reference(self, name: str) -> dict[str, Node]:
+        """The retain model's value of ``name`` as an extra ``retain`` parent (or nothing)."""
+        if self.cfg.retain == "model":
+            node = self[name]
+            return {"retain": Node(node.metric, node.params, node.parents, {**node.bind, "model": "retain_model"})}
+        if self.cfg.retain == "logs":
+            return {"retain": from_logs(key=name, bind={"retain_logs": f"{self.GROUP.lower()}_retain_logs"})}
+        return {}
+
+    def names(self) -> list[str]:
+        return sorted(self.recipes)
+
+    @classmethod
+    def build(cls, metrics, cfg) -> list[Node]:
+        cat = cls(cfg)
+        return [cat[m] for m in metrics]
+
+
+def parse_metrics(text: str | None, default: tuple[str, ...], groups: dict[str, tuple[str, ...]], known: list[str], bench: str, strict: bool = True) -> tuple[str, ...]:
+    """``--metrics a,b,default,mia,all`` -> names; unknown names are an error when ``strict``."""
+    if not text:
+        return default
+    names: list[str] = []
+    for m in (x.strip() for x in text.split(",")):
+        if m == "default":
+            names += default
+        elif m == "all":
+            names += known
+        elif m in groups:
+            names += groups[m]
+        elif m in known:
+            names.append(m)
+        elif m and strict:
+            raise ValueError(f"unknown {bench} metric {m!r}; known: {', '.join(sorted(known))}")
+    return tuple(dict.fromkeys(names))
