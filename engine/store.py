@@ -31,6 +31,8 @@ from filelock import FileLock, Timeout
 from . import codec
 
 FORMAT = "evaldag-node-1"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 class CorruptEntry(Exception):
@@ -62,6 +64,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a shared cache must be readable
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

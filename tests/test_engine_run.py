@@ -118,9 +118,21 @@ def test_failure_skips_descendants_and_keeps_the_rest(tmp_path):
     assert again.record("mean").status == "cached"
 
 
+@metric("r_square_sum", version="1", params=Scale, register=False, parents={"p": r_parent()})
+def r_square_sum(p, params):
+    # self-contained (no test-module globals): it runs in a joblib worker process
+    import os
+
+    return Result(sum(v["x"] ** 2 for v in p.value_by_index.values()) * params.scale, extra={"pid": os.getpid()})
+
+
 def test_parallel_aggregators_through_joblib(tmp_path):
-    res = run(graph(), {"data": [1, 2, 3]}, cache_dir=tmp_path, n_jobs=2)
-    assert res.ok and res["top"].agg_value == 14.0 and res["max"].agg_value == 3.0
+    nodes = [r_square_sum(scale=float(s), name=f"sq{s}") for s in range(1, 5)]
+    res = run(nodes, {"data": [1, 2, 3]}, cache_dir=tmp_path, n_jobs=2)
+    assert res.ok and [res[f"sq{s}"].agg_value for s in range(1, 5)] == [14.0, 28.0, 42.0, 56.0]
+    import os
+
+    assert any(res[f"sq{s}"].extra["pid"] != os.getpid() for s in range(1, 5))  # really ran in workers
 
 
 # --------------------------------------------------------------------- scorers

@@ -75,7 +75,7 @@ def _worker(cache, markers, sleep, *extra):
 def test_killed_run_resumes_without_recomputing_finished_nodes(tmp_path):
     cache, markers = tmp_path / "cache", tmp_path / "m"
     markers.mkdir()
-    proc = subprocess.Popen(_worker(cache, markers, 0.4), stdout=subprocess.PIPE)
+    proc = subprocess.Popen(_worker(cache, markers, 1.0), stdout=subprocess.PIPE)
     deadline = time.time() + 60
     while len(_log(markers)) < 3 and time.time() < deadline:
         time.sleep(0.05)

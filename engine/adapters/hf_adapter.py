@@ -1,0 +1,387 @@
+"""The weights half of a transformers model: runs one batch of same-kind requests.
+
+* TokenStats: one forward pass; per-token statistics computed a chunk of rows at a time
+  from the final hidden states, so a ``[batch, len, vocab]`` float32 tensor never exists.
+* Generate: batched, left padded; per-sequence max_new_tokens, stop strings honoured
+  during generation, and seeded sampling that does not depend on batch neighbours.
+* HiddenStates: the requested layers of HF's ``output_hidden_states``.
+* GradNorm: open-unlearning's per-sample gradient-norm attack.
+
+Out-of-memory errors become :class:`OutOfMemory` so the executor can halve the batch.
+torch and transformers are imported inside functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..requests import (
+    Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
+    TokenStats, TokenStatsResult,
+)
+from .base import OutOfMemory
+
+# Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
+STATS_CHUNK_ROWS = 256
+
+
+class HFAdapter:
+    """Runs one batch of same-kind requests on a loaded transformers causal LM.
+
+    ``padding_side`` overrides the teacher-forced kinds' own side (tests use it to check
+    that left and right padding agree); generation always pads on the left. After each
+    batch ``last_batch_tokens`` is (real, padded) tokens, for the executor's statistics.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, padding_side: str | None = None,
+                 stats_chunk_rows: int = STATS_CHUNK_ROWS):
+        if padding_side not in (None, "left", "right"):
+            raise ValueError(f"padding_side must be None, 'left' or 'right', not {padding_side!r}")
+        self.model, self.tokenizer = model, tokenizer
+        self.device = str(model.device.type)
+        self.padding_side, self.stats_chunk_rows = padding_side, stats_chunk_rows
+        self.last_batch_tokens = (0, 0)
+        self._head: Any = None
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+
+    def run_batch(self, requests: Sequence[Request]) -> list[Any]:
+        if not requests:
+            return []
+        kinds = {r.kind for r in requests}
+        if len(kinds) != 1:
+            raise ValueError(f"run_batch serves one request kind at a time, got {sorted(kinds)}")
+        kind = kinds.pop()
+        run = {"token_stats": self._token_stats, "generate": self._generate,
+               "hidden_states": self._hidden_states, "grad_norm": self._grad_norm}.get(kind)
+        if run is None:
+            raise NotImplementedError(f"HFAdapter cannot serve {kind!r} requests")
+        try:
+            return run(list(requests))
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is an out-of-memory error
+            if not _is_oom(e):
+                raise
+            message = f"{type(e).__name__}: {str(e)[:200]}"
+        # Outside the except block the failed batch's frames (and tensors) are released.
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        raise OutOfMemory(f"{len(requests)} {kind} request(s) did not fit on {self.device}: {message}")
+
+    def budget_hint(self) -> dict | None:
+        """Free device memory and a rough per-token cost, for batching.default_budget (cuda only).
+
+        Per token: K and V for every layer (generation's cache), the MLP's intermediate
+        activations, a few hidden-size buffers and one row of logits, in the model dtype.
+        """
+        if self.device != "cuda":
+            return None
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(self.model.device)
+        cfg = self.model.config
+
+        def get(*names: str) -> int:
+            return int(next((getattr(cfg, n) for n in names if getattr(cfg, n, None)), 0))
+
+        hidden, layers = get("hidden_size", "n_embd"), get("num_hidden_layers", "n_layer")
+        inter = get("intermediate_size", "n_inner") or 4 * hidden
+        per_token = self.model.dtype.itemsize * (2 * layers * hidden + 2 * inter + 6 * hidden + get("vocab_size"))
+        return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
+
+    # -- batching helpers
+    def _pad(self, seqs: list[tuple[int, ...]], side: str) -> tuple[Any, Any, Any, list[int]]:
+        """Pad ids; the attention mask marks the real tokens.
+
+        open-unlearning's collator instead sets ``mask = ids != pad_token_id``. With pad ==
+        eos that also hides real eos tokens (and the bos when bos == eos == pad, as in
+        GPT-2). Its usual victim, the eos appended after the answer, is the last position:
+        no scored position attends to it, so its scores do not change as long as pad !=
+        bos and no eos sits mid-sequence. We use the true mask. Left padding gets
+        explicit position ids (cumsum(mask) - 1): without them GPT-2's log-probs are
+        badly wrong and Llama's drift.
+        """
+        import torch
+
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError("cannot run an empty sequence")
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        starts = []
+        for i, s in enumerate(seqs):
+            a = width - len(s) if side == "left" else 0
+            ids[i, a : a + len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, a : a + len(s)] = 1
+            starts.append(a)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0) if side == "left" else None
+        self.last_batch_tokens = (sum(map(len, seqs)), len(seqs) * width)
+        dev = self.model.device
+        return ids.to(dev), mask.to(dev), None if pos is None else pos.to(dev), starts
+
+    @staticmethod
+    def _inputs(ids: Any, mask: Any, pos: Any) -> dict:
+        kw = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
+        if pos is not None:
+            kw["position_ids"] = pos
+        return kw
+
+    def _head_split(self) -> tuple[Any, Any] | None:
+        """(base model, output head) when ``logits == head(base(x))`` for this model.
+
+        Then per-token statistics project only the scored rows, a chunk at a time, and
+        the ``[batch, len, vocab]`` logits never exist. Models that post-process logits
+        (soft-capping, logit scales) fail this one-off probe and use the full logits.
+        """
+        if self._head is None:
+            import torch
+
+            base, head = getattr(self.model, "base_model", None), self.model.get_output_embeddings()
+            ok = False
+            if base is not None and base is not self.model and head is not None:
+                probe = (torch.arange(8, device=self.model.device) % int(self.model.config.vocab_size))[None]
+                with torch.inference_mode():
+                    full = self.model(input_ids=probe, use_cache=False).logits.float()
+                    part = head(base(input_ids=probe, use_cache=False)[0]).float()
+                ok = full.shape == part.shape and bool(torch.allclose(full, part, rtol=1e-3, atol=1e-3))
+            self._head = (base, head) if ok else False
+        return self._head or None
+
+    # -- kinds
+    def _token_stats(self, reqs: list[TokenStats]) -> list[TokenStatsResult]:
+        """Per continuation token: target log-prob, argmax, mu and var of log p (float32).
+
+        log_softmax runs in float32 on each chunk of rows (open-unlearning runs it in the
+        model dtype; identical for fp32 models, slightly more exact for bf16/fp16).
+        """
+        import numpy as np
+        import torch
+
+        if any(not r.context_ids for r in reqs):
+            raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
+        side = self.padding_side or TokenStats.padding_side
+        ids, mask, pos, starts = self._pad([r.context_ids + r.continuation_ids for r in reqs], side)
+        b_idx, t_idx, tgt = [], [], []
+        for i, r in enumerate(reqs):
+            first, n = starts[i] + len(r.context_ids) - 1, len(r.continuation_ids)  # logits at t predict t+1
+            b_idx += [i] * n
+            t_idx += range(first, first + n)
+            tgt += r.continuation_ids
+        dev = ids.device
+        b_idx, t_idx, tgt = (torch.tensor(x, dtype=torch.long, device=dev) for x in (b_idx, t_idx, tgt))
+        with torch.inference_mode():
+            split = self._head_split()
+            if split:
+                hidden = split[0](**self._inputs(ids, mask, pos))[0]
+                rows = lambda b, t: split[1](hidden[b, t]).float()  # noqa: E731
+            else:
+                logits = self.model(**self._inputs(ids, mask, pos)).logits
+                rows = lambda b, t: logits[b, t].float()  # noqa: E731
+            k = self.stats_chunk_rows
+            parts = [_stats_kernel(rows(b_idx[c : c + k], t_idx[c : c + k]), tgt[c : c + k])
+                     for c in range(0, len(tgt), k)]
+        if parts:
+            lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
+        else:
+            lp = am = mu = var = np.zeros(0, dtype=np.float32)
+        out, at = [], 0
+        for r in reqs:
+            s = slice(at, at + len(r.continuation_ids))
+            at = s.stop
+            out.append(TokenStatsResult(lp[s].astype(np.float32), am[s].astype(np.int32),
+                                        mu[s].astype(np.float32), var[s].astype(np.float32)))
+        return out
+
+    def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
+        """Batched generation, left padded, settings per sequence (see _RowStops, _SeededSampler).
+
+        Greedy is ``generate(do_sample=False, pad_token_id=eos)`` as open-unlearning calls
+        it, so the model's generation_config (eos ids, repetition penalty) still applies.
+        Each result holds the new ids up to and including the eos or the token that
+        completed a stop string, and their text; the text is not cut at the stop string.
+        """
+        import numpy as np
+        import torch
+
+        if any(not r.prompt_ids for r in reqs):
+            raise ValueError("Generate needs at least one prompt token")
+        ids, mask, _, _ = self._pad([r.prompt_ids for r in reqs], "left")
+        settings = [r.settings for r in reqs]
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+        stops = _RowStops(self.tokenizer, ids.shape[1], settings, eos_ids)
+        procs = [_SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else []
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=max(s.max_new_tokens for s in settings),
+                do_sample=False, use_cache=True, pad_token_id=self.tokenizer.eos_token_id,
+                stopping_criteria=_list("StoppingCriteriaList", [stops]), logits_processor=_list("LogitsProcessorList", procs),
+            )
+        new = out[:, ids.shape[1] :].cpu().numpy()
+        results, kept = [], 0
+        for i in range(len(reqs)):
+            keep = stops.keep[i] if stops.keep[i] is not None else new.shape[1]
+            toks = new[i, :keep].astype(np.int32)
+            kept += len(toks)
+            results.append(GenerateResult(toks, self.tokenizer.decode(
+                toks.tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False)))
+        self.last_batch_tokens = (self.last_batch_tokens[0] + kept, len(reqs) * out.shape[1])
+        return results
+
+    def _hidden_states(self, reqs: list[HiddenStates]) -> list[HiddenStatesResult]:
+        """``[len(layers), len(ids), hidden]`` float32; layer indices follow HF's
+        ``output_hidden_states`` tuple (0 = embeddings, -1 = last, after the final norm)."""
+        import torch
+
+        side = self.padding_side or HiddenStates.padding_side
+        ids, mask, pos, starts = self._pad([r.ids for r in reqs], side)
+        with torch.inference_mode():
+            split = self._head_split()
+            net = split[0] if split else self.model
+            hs = net(**self._inputs(ids, mask, pos), output_hidden_states=True).hidden_states
+            out = []
+            for i, r in enumerate(reqs):
+                bad = [l for l in r.layers if not -len(hs) <= l < len(hs)]
+                if bad:
+                    raise ValueError(f"HiddenStates: layers {bad} out of range for {len(hs)} hidden-state outputs")
+                a, n = starts[i], len(r.ids)
+                states = torch.stack([hs[l][i, a : a + n] for l in r.layers]).float().cpu().numpy()
+                out.append(HiddenStatesResult(states))
+        return out
+
+    def _grad_norm(self, reqs: list[GradNorm]) -> list[GradNormResult]:
+        """open-unlearning's GradNorm attack, one sample at a time, in train mode.
+
+        loss = -mean(log p of the continuation, minus its last token if exclude_last);
+        value = mean over parameters with a gradient of ``||grad||_p`` (not a global norm).
+        Train mode turns dropout on where a model has it, as open-unlearning does; each
+        sample runs under a forked RNG seeded with 0 so the value depends only on the
+        request. Empty targets give NaN. Eval mode is restored afterwards.
+        """
+        import torch
+
+        model, out, real = self.model, [], 0
+        was_training = model.training
+        try:
+            model.train()
+            for r in reqs:
+                if not r.context_ids:
+                    raise ValueError("GradNorm needs at least one context token")
+                c, n = len(r.context_ids), len(r.continuation_ids) - (1 if r.exclude_last else 0)
+                real += c + len(r.continuation_ids)
+                if n <= 0:
+                    out.append(GradNormResult(float("nan")))
+                    continue
+                ids = torch.tensor([r.context_ids + r.continuation_ids], device=model.device)
+                cuda = [model.device] if model.device.type == "cuda" else []
+                with torch.enable_grad(), torch.random.fork_rng(devices=cuda):
+                    torch.manual_seed(0)
+                    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0]
+                    logp = torch.log_softmax(logits[c - 1 : c - 1 + n].float(), dim=-1)
+                    loss = -logp.gather(1, ids[0, c : c + n, None]).mean()
+                    model.zero_grad(set_to_none=True)
+                    loss.backward()
+                norms = [p.grad.detach().float().norm(p=r.p) for p in model.parameters() if p.grad is not None]
+                out.append(GradNormResult(float(torch.stack(norms).mean())))
+        finally:
+            model.zero_grad(set_to_none=True)
+            model.train(was_training)
+        self.last_batch_tokens = (real, real)
+        return out
+
+
+def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:
+    """For float32 ``[rows, vocab]`` logits: log p(target), argmax, mu = sum p log p and
+    var = sum p (log p)^2 - mu^2 (the Min-K%++ moments).
+
+    var is computed in its centred form, sum p (log p - mu)^2: the same number without
+    the cancellation of two large terms, which in float32 made it depend on the batch
+    shape by ~1e-5.
+    """
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    var = (p * (logp - mu[:, None]).square()).sum(-1)
+    return logp.gather(1, target[:, None])[:, 0], logits.argmax(-1), mu, var
+
+
+def _list(name: str, items: list) -> Any:
+    import transformers
+
+    return getattr(transformers, name)(items)
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t)
+    return isinstance(e, types) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
+
+
+class _RowStops:
+    """Stopping criterion, per sequence: its own max_new_tokens, an eos, or a stop string.
+
+    A sequence is done the first step its decoded new text (special tokens skipped)
+    contains one of its stop strings; generate() then pads it while the others go on,
+    and stops the batch when all are done. ``keep[i]`` = new tokens to return.
+    """
+
+    def __init__(self, tokenizer: Any, prompt_len: int, settings: list, eos_ids: set):
+        self.tokenizer, self.prompt_len, self.settings, self.eos_ids = tokenizer, prompt_len, settings, eos_ids
+        self.keep: list[int | None] = [None] * len(settings)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[:, self.prompt_len :].cpu()
+        step = new.shape[1]
+        for i, s in enumerate(self.settings):
+            if self.keep[i] is not None or step == 0:
+                continue
+            if int(new[i, -1]) in self.eos_ids or step >= s.max_new_tokens:
+                self.keep[i] = step
+            elif s.stop_strings:
+                text = self.tokenizer.decode(new[i].tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+                if any(x in text for x in s.stop_strings):
+                    self.keep[i] = step
+        return torch.tensor([k is not None for k in self.keep], device=input_ids.device)
+
+
+class _SeededSampler:
+    """Sampling as a logits processor, with one ``torch.Generator`` per sequence.
+
+    generate() runs greedily; for each sampling sequence this draws the next token from
+    its own generator (seeded with the request's seed) after temperature and top-p, and
+    leaves only that token finite, so the argmax takes it. Guarantee: a sampled result
+    depends only on its own request (prompt and settings), not on its batch neighbours
+    or their order, up to float differences between batch shapes. It is not the token
+    stream transformers' own ``do_sample=True`` would draw.
+    """
+
+    def __init__(self, settings: list, device: Any):
+        import torch
+
+        self.rows = []
+        for i, s in enumerate(settings):
+            if s.do_sample:
+                if s.temperature <= 0:
+                    raise ValueError("GenerationSettings: sampling needs temperature > 0")
+                self.rows.append((i, s, torch.Generator(device=device).manual_seed(int(s.seed))))
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for i, s, gen in self.rows:
+            probs = torch.softmax(scores[i].float() / s.temperature, dim=-1)
+            if s.top_p < 1.0:
+                sp, order = probs.sort(descending=True)
+                sp[(sp.cumsum(0) - sp) >= s.top_p] = 0  # mass before this token already reaches top_p
+                probs = torch.zeros_like(probs).scatter(0, order, sp)
+            tok = torch.multinomial(probs, 1, generator=gen)
+            row = torch.full_like(scores[i], float("-inf"))
+            row[tok] = 0
+            scores[i] = row
+        return scores

@@ -1,0 +1,137 @@
+"""The tokenizer half of a transformers model: text -> request ids, ids -> text.
+
+:class:`HFEncoder` builds ids exactly the way open-unlearning builds its datasets
+(``preprocess_chat_instance`` for QA items, ``preprocess_pretraining_instance`` for
+completions), quirks included, so every number can be compared with its logs. A
+``joint`` mode fixes the prompt/answer boundary bug (open-unlearning #195) for users
+who want the corrected score. Only the tokenizer is needed: no weights, no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Sequence
+
+from .base import Encoded, PromptTemplate
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+class HFEncoder:
+    """Text -> request ids, the way open-unlearning builds its datasets (spec section 2)."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self._fp: str | None = None
+
+    eos_token = property(lambda self: self.tokenizer.eos_token)
+    eos_token_id = property(lambda self: self.tokenizer.eos_token_id)
+    pad_token_id = property(lambda self: self.tokenizer.pad_token_id)
+
+    def fingerprint(self) -> str:
+        """Hash of what tokenization depends on: the serialized tokenizer, specials, template."""
+        if self._fp is None:
+            tok = self.tokenizer
+            backend = getattr(tok, "backend_tokenizer", None)
+            body = backend.to_str() if backend is not None else json.dumps(sorted(tok.get_vocab().items()))
+            self._fp = _digest("hf-tok-1", type(tok).__name__, body,
+                               json.dumps(tok.special_tokens_map, sort_keys=True, default=str),
+                               str(tok.chat_template), str(getattr(tok, "truncation_side", "")))
+        return self._fp
+
+    def _ids(self, text: str, max_length: int | None, offsets: bool = False, special: bool = True) -> Any:
+        kw: dict[str, Any] = {"add_special_tokens": special}
+        if max_length is not None:
+            kw.update(max_length=max_length, truncation=True)
+        if offsets:
+            kw["return_offsets_mapping"] = True
+            return self.tokenizer(text, **kw)
+        return list(self.tokenizer(text, **kw)["input_ids"])
+
+    def _chat(self, msgs: list[dict], tokenize: bool, gen_prompt: bool, date_string: str | None) -> Any:
+        kw = {"date_string": date_string} if date_string is not None else {}
+        if tokenize:
+            kw["return_dict"] = False
+        out = self.tokenizer.apply_chat_template(msgs, tokenize=tokenize, add_generation_prompt=gen_prompt, **kw)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out) if tokenize else out
+
+    def encode_qa(self, question: str, answer: str, template: PromptTemplate,
+                  fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512) -> Encoded:
+        """One QA item.
+
+        Default (``joint=False``) reproduces open-unlearning bit for bit: the prompt and
+        the prompt+answer are tokenized separately and the first ``len(prompt_ids)`` ids
+        of the full sequence are context. When a BPE merge crosses the boundary
+        ("Answer: " + "Dara" -> ``ĠDara``) the first answer token lands in the context and
+        is never scored. ``joint=True`` tokenizes the full text once and splits at the
+        answer's first character, so the boundary token is scored. ``prompt_ids`` (the
+        generation input) is the separately tokenized prompt in both modes. The chat path
+        is not truncated (open-unlearning does not truncate it either).
+        """
+        t = template
+        if t.apply_chat_template:
+            chat = [{"role": "system", "content": t.system_prompt}] if t.system_prompt else []
+            for q, a in [*fewshot, (question, answer)]:
+                chat += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            prompt_ids = self._chat(chat[:-1], True, True, t.date_string)
+            if joint:
+                prompt_text = self._chat(chat[:-1], False, True, t.date_string)
+                full_text = self._chat(chat, False, False, t.date_string)
+                if not full_text.startswith(prompt_text):
+                    raise ValueError("encode_qa(joint=True): the chat template does not render the "
+                                     "prompt as a prefix of the conversation; cannot split it")
+                full, split = self._split(full_text, len(prompt_text), None, special=False)
+            else:
+                full = self._chat(chat, True, False, t.date_string)
+        else:
+            wrapped = t.system_prompt_with_special_tokens or ""
+            for q, a in fewshot:
+                wrapped += t.user_start_tag + q + t.user_end_tag + t.asst_start_tag + a + t.asst_end_tag
+            wrapped += t.user_start_tag + question + t.user_end_tag + t.asst_start_tag
+            prompt_ids = self._ids(wrapped, max_length)
+            if joint:
+                full, split = self._split(wrapped + answer, len(wrapped), max_length, special=True)
+            else:
+                full = self._ids(wrapped + answer, max_length)
+        if not full or full[-1] != self.eos_token_id:
+            full = full + [self.eos_token_id]  # after truncation, as open-unlearning does (513 ids)
+        if not joint:
+            split = len(prompt_ids)
+        return Encoded(context_ids=tuple(full[:split]), continuation_ids=tuple(full[split:]),
+                       prompt_ids=tuple(prompt_ids))
+
+    def _split(self, text: str, char: int, max_length: int | None, special: bool) -> tuple[list[int], int]:
+        """Tokenize ``text`` once; the split is the first token that ends after ``char``."""
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise NotImplementedError("joint=True needs a fast tokenizer (offset mappings)")
+        enc = self._ids(text, max_length, offsets=True, special=special)
+        ids, offs = list(enc["input_ids"]), enc["offset_mapping"]
+        split = next((i for i, (s, e) in enumerate(offs) if e > char and e > s), len(ids))
+        return ids, split
+
+    def encode_completion(self, prefix: str, text: str, insert_space: bool = False, max_length: int = 2048) -> Encoded:
+        """open-unlearning's CompletionDataset item: score ``text`` after ``prefix``.
+
+        No eos is appended; the full sequence is cut to ``len(prefix_ids) + max_length``;
+        with an empty prefix (and no bos) only index 0 is context.
+        """
+        full = self._ids(prefix + (" " if insert_space else "") + text, None)
+        prefix_ids = self._ids(prefix, None)
+        full = full[: len(prefix_ids) + max_length]
+        n = max(len(prefix_ids), 1)
+        return Encoded(context_ids=tuple(full[:n]), continuation_ids=tuple(full[n:]), prompt_ids=tuple(prefix_ids))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        """ids -> text.
+
+        open-unlearning asks ``batch_decode`` for ``clean_up_tokenization_spaces=True``;
+        transformers >= 5 ignores that for BPE tokenizers (with a warning), while 4.x
+        stripped spaces before punctuation (" ." -> "."). We do not clean up: it is what
+        transformers 5 does, and ROUGE, which drops punctuation, scores both the same.
+        """
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens,
+                                     clean_up_tokenization_spaces=clean_up_tokenization_spaces)

@@ -1,0 +1,322 @@
+"""The transformers adapter: batching must not change numbers, encodings must match
+open-unlearning, and the fixture checkpoint must reproduce open-unlearning's own logs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from evaldag.engine.adapters.base import OutOfMemory, PromptTemplate
+from evaldag.engine.adapters.hf import HFAdapter, HFModel, file_sha256
+from evaldag.engine.executor import Executor
+from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats
+
+from .conftest_models import OPEN_UNLEARNING, TINY_LLAMA, model, one_thread, resource, tofu_rows, tokenizer
+
+torch = pytest.importorskip("torch")
+one_thread()
+PLAIN = PromptTemplate.plain()
+
+
+def encoded(n: int = 10, subset: str = "forget10_perturbed", field: str = "answer"):
+    enc = resource("llama").encoder()
+    rows = tofu_rows(subset)
+    # every 3rd answer doubled, so lengths really vary within a batch
+    return [enc.encode_qa(r["question"], r[field] * (2 if i % 3 == 0 else 1), PLAIN) for i, r in enumerate(rows[:n])]
+
+
+def stats_requests(n: int = 10):
+    return [TokenStats(e.context_ids, e.continuation_ids) for e in encoded(n)]
+
+
+def one_by_one(adapter, reqs):
+    return [adapter.run_batch([r])[0] for r in reqs]
+
+
+# ------------------------------------------------------------------------- token stats
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_batched_token_stats_equal_one_at_a_time(arch, side):
+    reqs = stats_requests(10)
+    assert len({r.length() for r in reqs}) > 5  # mixed lengths, so padding happens
+    adapter = HFAdapter(model(arch), tokenizer(), padding_side=side)
+    batched = adapter.run_batch(reqs)
+    real, padded = adapter.last_batch_tokens
+    assert real == sum(r.length() for r in reqs) and padded == len(reqs) * max(r.length() for r in reqs)
+    for b, s, r in zip(batched, one_by_one(adapter, reqs), reqs):
+        assert b.logprob.dtype == np.float32 and b.argmax.dtype == np.int32
+        assert len(b.logprob) == len(r.continuation_ids)
+        np.testing.assert_allclose(b.logprob, s.logprob, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(b.mu, s.mu, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(b.var, s.var, atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(b.argmax, s.argmax)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_token_stats_match_a_float64_reference(arch):
+    """The chunked kernel (hidden states -> head, 3 rows per chunk) against full logits."""
+    (r,) = stats_requests(1)
+    adapter = HFAdapter(model(arch), tokenizer(), stats_chunk_rows=3)
+    got = adapter.run_batch([r])[0]
+    ids = torch.tensor([r.context_ids + r.continuation_ids])
+    with torch.no_grad():
+        logits = model(arch)(input_ids=ids).logits[0].double()
+    c, n = len(r.context_ids), len(r.continuation_ids)
+    logp = torch.log_softmax(logits[c - 1 : c - 1 + n], -1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    var = (p * logp**2).sum(-1) - mu**2
+    np.testing.assert_allclose(got.logprob, logp[torch.arange(n), torch.tensor(r.continuation_ids)].numpy(), atol=2e-5)
+    np.testing.assert_allclose(got.mu, mu.numpy(), atol=2e-5)
+    np.testing.assert_allclose(got.var, var.numpy(), atol=5e-5)
+    np.testing.assert_array_equal(got.argmax, logits[c - 1 : c - 1 + n].argmax(-1).numpy())
+    assert np.ptp(got.logprob) > 0.1  # a random model, not a constant
+
+
+def test_token_stats_need_a_context_token():
+    with pytest.raises(ValueError, match="context token"):
+        HFAdapter(model("llama"), tokenizer()).run_batch([TokenStats((), (5, 6))])
+
+
+def test_out_of_memory_becomes_OutOfMemory(monkeypatch):
+    adapter = HFAdapter(model("llama"), tokenizer())
+
+    def boom(reqs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(adapter, "_token_stats", boom)
+    with pytest.raises(OutOfMemory, match="did not fit"):
+        adapter.run_batch(stats_requests(2))
+
+
+# -------------------------------------------------------------------------- generation
+
+
+def prompts(n: int = 8):
+    return [e.prompt_ids for e in encoded(n)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_batched_greedy_equals_one_at_a_time(arch):
+    reqs = [Generate(p, GenerationSettings(max_new_tokens=24)) for p in prompts(8)]
+    assert len({len(r.prompt_ids) for r in reqs}) > 3
+    adapter = HFAdapter(model(arch), tokenizer())
+    batched = adapter.run_batch(reqs)
+    for b, s in zip(batched, one_by_one(adapter, reqs)):
+        np.testing.assert_array_equal(b.token_ids, s.token_ids)
+        assert b.text == s.text
+    # non-degenerate outputs, so the comparison above could have failed
+    assert all(len(set(b.token_ids.tolist())) >= 5 for b in batched)
+    assert len({tuple(b.token_ids.tolist()) for b in batched}) == len(batched)
+
+
+def test_stop_strings_are_honoured_during_batched_generation():
+    adapter = HFAdapter(model("llama"), tokenizer())
+    free = adapter.run_batch([Generate(p, GenerationSettings(max_new_tokens=24)) for p in prompts(8)])
+    # a stop string that the unconstrained outputs of some (not all) prompts contain
+    stop = next(t for t in (" the", "e", "a", "s") if 0 < sum(t in f.text for f in free) < len(free))
+    reqs = [Generate(p, GenerationSettings(max_new_tokens=24, stop_strings=(stop,))) for p in prompts(8)]
+    batched = adapter.run_batch(reqs)
+    for f, b, s in zip(free, batched, one_by_one(adapter, reqs)):
+        np.testing.assert_array_equal(b.token_ids, s.token_ids)
+        n = len(b.token_ids)
+        np.testing.assert_array_equal(b.token_ids, f.token_ids[:n])  # same greedy path, cut early
+        if stop in f.text:
+            assert stop in b.text and n < len(f.token_ids)
+            assert stop not in tokenizer().decode(b.token_ids[:-1].tolist(), skip_special_tokens=True)
+        else:  # finished sequences did not stop the others
+            np.testing.assert_array_equal(b.token_ids, f.token_ids)
+    # when every sequence meets its stop string early, generation itself ends early
+    # (not just the returned ids): the batch ran exactly as many steps as the longest needed
+    early = next(t for t in (" ", "e", "a") if all(t in tokenizer().decode(f.token_ids[:20].tolist()) for f in free))
+    reqs = [Generate(p, GenerationSettings(max_new_tokens=24, stop_strings=("#", early))) for p in prompts(8)]
+    batched = adapter.run_batch(reqs)
+    _, padded = adapter.last_batch_tokens
+    width = max(len(r.prompt_ids) for r in reqs)
+    assert max(len(b.token_ids) for b in batched) <= 20
+    assert padded == len(reqs) * (width + max(len(b.token_ids) for b in batched))
+
+
+def test_per_sequence_max_new_tokens_and_seeded_sampling():
+    adapter = HFAdapter(model("llama"), tokenizer())
+    ps = prompts(4)
+    sample = [GenerationSettings(max_new_tokens=16, do_sample=True, temperature=1.5, top_p=0.95, seed=s) for s in (1, 2)]
+    reqs = [Generate(ps[0], GenerationSettings(max_new_tokens=5)), Generate(ps[1], sample[0]),
+            Generate(ps[2], sample[1]), Generate(ps[3], sample[0])]
+    batched = adapter.run_batch(reqs)
+    assert len(batched[0].token_ids) == 5
+    for b, s in zip(batched, one_by_one(adapter, reqs[::-1])[::-1]):  # other order, other neighbours
+        np.testing.assert_array_equal(b.token_ids, s.token_ids)
+    greedy = adapter.run_batch([Generate(ps[1], GenerationSettings(max_new_tokens=16))])[0]
+    assert not np.array_equal(batched[1].token_ids, greedy.token_ids)  # it really sampled
+    other_seed = adapter.run_batch([Generate(ps[1], sample[1])])[0]
+    assert not np.array_equal(batched[1].token_ids, other_seed.token_ids)
+
+
+# ------------------------------------------------------------- hidden states, grad norm
+
+
+def test_hidden_states_batched_equal_one_at_a_time():
+    reqs = [HiddenStates(r.context_ids + r.continuation_ids, (0, 1, -1)) for r in stats_requests(4)]
+    adapter = HFAdapter(model("llama"), tokenizer())
+    for b, s, r in zip(adapter.run_batch(reqs), one_by_one(adapter, reqs), reqs):
+        assert b.states.shape == (3, len(r.ids), 64) and b.states.dtype == np.float32
+        # unnormalised states reach |20|; float32 noise between batch shapes is ~1e-6 of that
+        np.testing.assert_allclose(b.states, s.states, rtol=1e-5, atol=5e-5)
+
+
+def test_grad_norm_equals_a_hand_written_reference():
+    m = model("llama")
+    reqs = [GradNorm(r.context_ids, r.continuation_ids) for r in stats_requests(2)]
+    reqs.append(GradNorm(reqs[0].context_ids, reqs[0].continuation_ids, p=1.0, exclude_last=False))
+    got = HFAdapter(m, tokenizer()).run_batch(reqs)
+    assert not m.training and all(p.grad is None for p in m.parameters())  # eval restored, grads cleared
+    for r, g in zip(reqs, got):
+        ids = torch.tensor([r.context_ids + r.continuation_ids])
+        c, n = len(r.context_ids), len(r.continuation_ids) - int(r.exclude_last)
+        m.zero_grad()
+        logp = torch.log_softmax(m(input_ids=ids).logits[0], -1)
+        loss = -torch.stack([logp[c - 1 + j, r.continuation_ids[j]] for j in range(n)]).mean()
+        loss.backward()
+        norms = [float(p.grad.norm(p=r.p)) for p in m.parameters() if p.grad is not None]
+        m.zero_grad()
+        assert g.value == pytest.approx(sum(norms) / len(norms), rel=1e-5)
+    assert got[0].value != pytest.approx(got[1].value)
+
+
+# ---------------------------------------------------------------------------- encoder
+
+
+def test_encode_qa_reproduces_the_boundary_quirk_and_joint_fixes_it():
+    tok = tokenizer()
+    enc = resource("llama").encoder()
+    q, a = "Where was the author Dara Ilves born?", "Dara Ilves was born in the city of Cusco."
+    quirk = enc.encode_qa(q, a, PLAIN)
+    joint = enc.encode_qa(q, a, PLAIN, joint=True)
+    piece = tok.convert_ids_to_tokens
+    # open-unlearning: the prompt ends in a lone space token, the full text merges it into "ĠDara",
+    # which falls inside the context; the first answer token is never scored.
+    assert piece(list(quirk.prompt_ids[-1:])) == ["Ġ"]
+    assert piece(list(quirk.context_ids[-1:])) == ["ĠDara"]
+    assert quirk.context_ids[:-1] == quirk.prompt_ids[:-1]
+    assert quirk.continuation_ids[-1] == tok.eos_token_id
+    # joint: the same ids, split before "ĠDara"
+    assert joint.context_ids + joint.continuation_ids == quirk.context_ids + quirk.continuation_ids
+    assert piece([joint.continuation_ids[0]]) == ["ĠDara"]
+    assert len(joint.continuation_ids) == len(quirk.continuation_ids) + 1
+    assert joint.prompt_ids == quirk.prompt_ids
+    # the same with few-shot turns and a system prompt with special tokens
+    t = PromptTemplate(system_prompt_with_special_tokens="<|begin_of_text|>Be brief.\n")
+    fs = enc.encode_qa(q, a, t, fewshot=[("Who?", "Dara."), ("When?", "1971.")])
+    text = tok.decode(list(fs.prompt_ids))
+    assert "Question: Who?\nAnswer: Dara.\n\nQuestion: When?\nAnswer: 1971.\n\nQuestion: Where" in text
+    assert text.endswith("Answer: ")
+
+
+def test_encode_qa_truncates_like_open_unlearning():
+    enc = resource("llama").encoder()
+    e = enc.encode_qa("Where was the author Dara Ilves born?", "Dara Ilves was born " * 50, PLAIN, max_length=40)
+    assert len(e.context_ids) + len(e.continuation_ids) == 41  # 40 + the eos appended after truncation
+    assert e.continuation_ids[-1] == enc.eos_token_id
+
+
+def test_encode_qa_with_the_chat_template():
+    tok = tokenizer()
+    enc = resource("llama").encoder()
+    e = enc.encode_qa("Who?", "Dara.", PromptTemplate.chat(system_prompt="You are helpful."))
+    full = tok.decode(list(e.context_ids + e.continuation_ids))
+    assert full.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>")
+    assert full.endswith("assistant<|end_header_id|>\n\nDara.<|eot_id|><|endoftext|>")  # eos != eot: appended
+    assert tok.decode(list(e.prompt_ids)).endswith("Who?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert "system" not in tok.decode(list(enc.encode_qa("Who?", "Dara.", PromptTemplate.chat()).prompt_ids))
+    joint = enc.encode_qa("Who?", "Dara.", PromptTemplate.chat(system_prompt="You are helpful."), joint=True)
+    assert joint.context_ids + joint.continuation_ids == e.context_ids + e.continuation_ids
+    assert tok.decode(list(joint.continuation_ids)) == "Dara.<|eot_id|><|endoftext|>"
+    # date_string reaches the template only when given
+    saved = tok.chat_template
+    try:
+        tok.chat_template = "{{ date_string | default('NODATE') }}|{% for m in messages %}{{ m['content'] }};{% endfor %}"
+        assert tok.decode(list(enc.encode_qa("Q", "A", PromptTemplate.chat(date_string="26 Jul 2024")).prompt_ids),
+                          skip_special_tokens=True).startswith("26 Jul 2024|")
+        assert tok.decode(list(enc.encode_qa("Q", "A", PromptTemplate.chat()).prompt_ids),
+                          skip_special_tokens=True).startswith("NODATE|")
+    finally:
+        tok.chat_template = saved
+
+
+def test_encode_completion():
+    tok = tokenizer()
+    enc = resource("llama").encoder()
+    e = enc.encode_completion("The author", "Dara Ilves wrote", insert_space=True)
+    full = tok("The author Dara Ilves wrote")["input_ids"]
+    assert e.context_ids + e.continuation_ids == tuple(full)
+    assert e.context_ids == e.prompt_ids == tuple(tok("The author")["input_ids"])
+    assert e.continuation_ids[-1] != tok.eos_token_id  # no eos appended
+    glued = enc.encode_completion("The author", "Dara", insert_space=False)
+    assert glued.context_ids + glued.continuation_ids == tuple(tok("The authorDara")["input_ids"])
+    empty = enc.encode_completion("", "Dara Ilves wrote")
+    assert empty.context_ids == (tok.bos_token_id,) and len(empty.continuation_ids) > 2
+    assert len(enc.encode_completion("The author", "Dara Ilves wrote a book", max_length=3).continuation_ids) == 3
+
+
+# ------------------------------------------------------------------ resource, fixtures
+
+
+def test_fingerprints_follow_content(tmp_path, cache_dir):
+    from evaldag.engine.adapters.testing import save_tiny_model
+
+    a = save_tiny_model(tmp_path / "a", tokenizer=tokenizer(), seed=0)
+    b = save_tiny_model(tmp_path / "b", tokenizer=tokenizer(), seed=0)
+    c = save_tiny_model(tmp_path / "c", tokenizer=tokenizer(), seed=1)
+    fa = HFModel(a, dtype="fp32").fingerprint()
+    assert fa == HFModel(b, dtype="fp32").fingerprint()  # same bytes, other path
+    assert fa != HFModel(c, dtype="fp32").fingerprint()
+    assert fa != HFModel(a, dtype="bf16").fingerprint()
+    assert HFModel(a).fingerprint() == fa  # auto on a float32 checkpoint is fp32 everywhere
+    index = json.loads((cache_dir / "filehash.json").read_text())
+    weights = str((a / "model.safetensors").resolve())
+    assert index[weights]["sha256"] == file_sha256(weights, memo=False)
+    index[weights]["sha256"] = "0" * 64  # the memo is trusted while size and mtime match ...
+    (cache_dir / "filehash.json").write_text(json.dumps(index))
+    assert file_sha256(weights) == "0" * 64
+    st = os.stat(weights)
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # ... and not once the file changes
+    assert file_sha256(weights) != "0" * 64
+    mem = resource("llama").fingerprint()
+    assert mem == resource("llama").fingerprint() != resource("llama", seed=1).fingerprint()
+    with pytest.raises(FileNotFoundError):
+        HFModel(tmp_path / "missing")
+
+
+def test_fixture_checkpoint_reproduces_open_unlearning_avg_loss(cache_dir):
+    """forget_Q_A_Prob avg_loss (all continuation tokens, eos included) on the first 10
+    forget items, plain template, through HFModel + Executor."""
+    ref = json.loads((OPEN_UNLEARNING / "target_TOFU_EVAL.json").read_text())
+    m = HFModel(TINY_LLAMA / "target", dtype="fp32", device="cpu")
+    enc = m.encoder()
+    rows = tofu_rows()[:10]
+    reqs = []
+    for r in rows:
+        e = enc.encode_qa(r["question"], r["answer"], PLAIN)
+        reqs.append(TokenStats(e.context_ids, e.continuation_ids))
+    got = Executor().serve([(m, r) for r in reqs])
+    for i, res in enumerate(got):
+        want = ref["forget_Q_A_Prob"]["value_by_index"][str(i)]["avg_loss"]
+        assert float(-res.logprob.astype(np.float64).mean()) == pytest.approx(want, abs=1e-4, rel=0)
+    # the boundary quirk is in play: a joint split scores one more token per item and moves the loss
+    joint = enc.encode_qa(rows[0]["question"], rows[0]["answer"], PLAIN, joint=True)
+    assert len(joint.continuation_ids) == len(reqs[0].continuation_ids) + 1
+    # greedy generation reproduces open-unlearning's forget_Q_A_ROUGE generations
+    gens = Executor().serve([(m, Generate(enc.encode_qa(r["question"], r["answer"], PLAIN).prompt_ids,
+                                           GenerationSettings(max_new_tokens=200))) for r in rows[:4]])
+    for i, g in enumerate(gens):
+        assert g.text.strip() == ref["forget_Q_A_ROUGE"]["value_by_index"][str(i)]["generation"]
+    # and GradNorm reproduces mia_gradnorm's forget scores
+    norms = Executor().serve([(m, GradNorm(r.context_ids, r.continuation_ids)) for r in reqs[:2]])
+    for i, g in enumerate(norms):
+        assert g.value == pytest.approx(ref["mia_gradnorm"]["forget"]["value_by_index"][str(i)]["score"], rel=1e-4)
