@@ -63,6 +63,7 @@ class ExecutorStats:
         out["padding_fraction"] = tot.padding_fraction
         out["generations"] = self.by_kind["generate"].sequences_forwarded if "generate" in self.by_kind else 0
         out["model_loaded"] = bool(self.models_loaded)
+        out["models_loaded"] = list(self.models_loaded)  # fingerprints of the models whose weights were read
         out["seconds"] = tot.seconds
         out["by_kind"] = {kind: {**asdict(s), "padding_fraction": s.padding_fraction}
                           for kind, s in sorted(self.by_kind.items())}
