@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -61,6 +62,8 @@ def _parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # transformers prints a "Loading weights" bar per checkpoint; our own bar is --progress
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # benchmark options are added once we know which benchmarks were named
     known, _ = _parser().parse_known_args(argv)
     benches = (known.benchmarks or ["toy"]) if known.cmd == "run" else []

@@ -22,9 +22,16 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
     for g in groups:
         if g:
             print(f"== {g}")
-        for name, val in result.summary(g).items():
-            rec = result.record(f"{g}/{name}" if g else name)
-            print(f"  {name:32s} {fmt(val):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]")
+        for key in result.graph.roots:
+            v = result.graph.vertices[key]
+            if not v.names or v.names[0][0] != g:
+                continue
+            name = v.names[0][1]
+            rec = result.records[key]
+            val = result.value(f"{g}/{name}" if g else name) if rec.status in ("computed", "cached") else None
+            agg = val.agg_value if isinstance(val, Result) else val
+            why = f"  ({val.reason})" if isinstance(val, Result) and agg is None and val.reason else ""
+            print(f"  {name:32s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor
     counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}
     print(

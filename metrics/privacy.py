@@ -40,7 +40,7 @@ from scipy.stats import ks_2samp, rankdata
 from .likelihood import as_float_array, avg_loss, index_keys
 
 VAR_FLOOR = 1e-6  # min_k_plus_plus.py:32
-NO_RETAIN_FQ = "no retain-model truth ratios (retain_logs_path not given): forget quality needs them"
+NO_RETAIN_FQ = "no retain-model truth ratios: forget quality needs --retain-logs or --retain-model (open-unlearning: retain_logs_path)"
 
 
 # ------------------------------------------------------------------ per-sample scores
@@ -208,7 +208,7 @@ def privleak(auc_model: float, auc_retain: float | None = None, ref_value: float
     out: dict[str, Any] = {}
     if auc_retain is None:
         auc_retain = ref_value
-        out["reason"] = f"no retain-model AUC (retain_logs_path not given): compared with AUC {ref_value}"
+        out["reason"] = f"no retain-model AUC (no --retain-logs or --retain-model): compared with AUC {ref_value}"
     s, r = 1.0 - float(auc_model), 1.0 - float(auc_retain)
     return {"agg_value": (s - r) / (r + 1e-10) * 100.0, **out}
 

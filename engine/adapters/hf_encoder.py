@@ -129,9 +129,19 @@ class HFEncoder:
         """ids -> text.
 
         open-unlearning asks ``batch_decode`` for ``clean_up_tokenization_spaces=True``;
-        transformers >= 5 ignores that for BPE tokenizers (with a warning), while 4.x
-        stripped spaces before punctuation (" ." -> "."). We do not clean up: it is what
-        transformers 5 does, and ROUGE, which drops punctuation, scores both the same.
+        transformers 4.x (its logs were made with 4.45) then removes the space before
+        punctuation and contractions (" ." -> "."), while transformers >= 5 ignores the
+        flag for BPE tokenizers, with a warning. We decode without it and apply 4.x's
+        clean-up ourselves, so the ground truths and generations ROUGE sees are the
+        reference's whatever transformers is installed.
         """
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens,
-                                     clean_up_tokenization_spaces=clean_up_tokenization_spaces)
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
+        return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
+
+
+def clean_up_tokenization(text: str) -> str:
+    """transformers 4.x's ``clean_up_tokenization``: drop the space before punctuation/contractions."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                 (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(a, b)
+    return text

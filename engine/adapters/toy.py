@@ -48,7 +48,7 @@ class ToyEncoder:
         c = self.ids((" " if insert_space else "") + text)[:max_length]
         return Encoded(context_ids=tuple(p), continuation_ids=tuple(c), prompt_ids=tuple(p))
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, clean_up_tokenization_spaces: bool = False) -> str:
         return "".join(ALPHABET[i] for i in ids if not (skip_special_tokens and i in (BOS, EOS)))
 
 
