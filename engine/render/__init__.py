@@ -1,0 +1,59 @@
+"""Drawing metric graphs and runs: Mermaid, DOT, JSON, SVG, HTML, and the run report.
+
+Every function takes whatever you have: a :class:`~evaldag.engine.Graph`, a list of
+configured metrics, a :class:`~evaldag.engine.RunResult`, the ``--out`` folder of a
+finished run, or a :class:`View` you built yourself::
+
+    from evaldag.engine import render
+    render.to_mermaid(nodes)                     # plan view, before any run
+    render.to_html("evaldag-out")                # run view, from run.json
+    render.write_report_html(["ckpt1", "ckpt2"], "report.html")
+
+Nothing here needs a system binary or the network; the output is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .dot import dot_to_svg, to_dot
+from .html import to_html
+from .layout import count_crossings
+from .mermaid import to_mermaid
+from .report_html import build_report_html, write_report_html
+from .svg import to_svg
+from .view import EdgeView, NodeView, View, as_view, from_graph, from_run_dir, from_run_result
+
+FORMATS = ("mermaid", "dot", "json", "svg", "html")
+
+
+def _clean(x: Any) -> Any:
+    """Strict JSON: NaN and infinities become null."""
+    if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def to_json(source: Any, **view_kw: Any) -> str:
+    """The view model as JSON (nodes, edges, counts, run facts) for other tools."""
+    return json.dumps(_clean(as_view(source, **view_kw).to_dict()), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def render(source: Any, fmt: str, **view_kw: Any) -> str:
+    """``fmt`` is one of :data:`FORMATS`."""
+    funcs = {"mermaid": to_mermaid, "dot": to_dot, "json": to_json, "svg": to_svg, "html": to_html}
+    if fmt not in funcs:
+        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    return funcs[fmt](source, **view_kw)
+
+
+__all__ = [
+    "FORMATS", "EdgeView", "NodeView", "View", "as_view", "build_report_html", "count_crossings", "dot_to_svg",
+    "from_graph", "from_run_dir", "from_run_result", "render", "to_dot", "to_html", "to_json",
+    "to_mermaid", "to_svg", "write_report_html",
+]

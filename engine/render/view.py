@@ -1,0 +1,372 @@
+"""The view model every renderer draws: one plain description of a metric graph.
+
+Renderers never look at a :class:`~evaldag.engine.graph.Graph` or at ``run.json``
+directly. They draw a :class:`View`, which can be built from either source:
+
+* the *plan view* (:func:`from_graph`): the structure before a run, every node
+  ``planned`` (or ``cached`` when a store is given and already holds it);
+* the *run view* (:func:`from_run_dir`, :func:`from_run_result`): each node's status,
+  seconds, recompute reason and headline value after a run.
+
+Keeping one model means the Mermaid, DOT, SVG and HTML outputs always agree, and the
+run report can draw runs written by another process (or another machine) from their
+files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import networkx as nx
+
+from .clusters import UNNAMED, assign_clusters
+
+STATUSES = ("planned", "cached", "computed", "failed", "skipped", "input")
+
+
+@dataclass
+class NodeView:
+    """One box in the drawing. ``names`` holds every display name (several = shared)."""
+
+    id: str
+    key: str
+    label: str
+    names: list[str]
+    metric: str
+    kind: str  # scorer | aggregator | resource
+    status: str
+    params: dict = field(default_factory=dict)
+    params_changed: dict = field(default_factory=dict)  # only values that differ from defaults
+    group: str | None = None
+    split: str | None = None
+    seconds: float | None = None
+    value: float | None = None
+    reason: str = ""
+    fingerprint: str | None = None
+    version: str | None = None
+    resources: dict = field(default_factory=dict)  # need -> bound resource name
+
+    @property
+    def shared(self) -> bool:
+        return len(self.names) > 1
+
+    @property
+    def params_summary(self) -> str:
+        """Non-default params as ``k=v`` pairs, short enough for a box."""
+        parts = []
+        for k, v in sorted(self.params_changed.items()):
+            if isinstance(v, dict):
+                text = "{…}"
+            elif isinstance(v, list):
+                text = f"[{len(v)}]"
+            else:
+                text = str(v)
+            parts.append(f"{k}={text if len(text) <= 18 else text[:17] + '…'}")
+        out = ", ".join(parts)
+        return out if len(out) <= 48 else out[:47] + "…"
+
+    @property
+    def unnamed(self) -> bool:
+        return self.kind != "resource" and bool(UNNAMED.search(self.label))
+
+    def display_names(self) -> list[str]:
+        """Names to print: the metric for an unnamed node, else every name (own group implied)."""
+        if self.unnamed:
+            return [self.metric]
+        own = f"{self.group}/" if self.group else None
+        return [nm[len(own):] if own and nm.startswith(own) else nm for nm in self.names]
+
+    def detail(self) -> str:
+        """The small second line: metric (when it differs), changed params, renamed inputs."""
+        if self.kind == "resource":
+            return "" if self.metric == "resource" else self.metric
+        parts = [self.metric] if not self.unnamed and self.metric != self.label else []
+        if self.params_summary:
+            parts.append(self.params_summary)
+        parts += [f"{need}→{name}" for need, name in sorted(self.resources.items()) if need != name]
+        if self.unnamed and not parts:  # tells same-metric intermediates apart, as in the table
+            parts.append("#" + UNNAMED.search(self.label).group(0)[1:-1])
+        return " · ".join(parts)
+
+    def outcome(self) -> str:
+        """Value, time and what happened, as far as known."""
+        parts = [fmt_num(self.value)] if self.value is not None else []
+        if self.status == "computed" and self.seconds is not None:
+            parts.append(fmt_secs(self.seconds))
+        if self.status in ("failed", "skipped"):
+            parts.append(f"{self.status}: {self.reason}" if self.reason else self.status)
+        elif self.status == "computed" and self.reason:
+            parts.append(f"↻ {self.reason}")
+        return "  ·  ".join(parts)
+
+
+@dataclass
+class EdgeView:
+    src: str
+    dst: str
+    keys: list[str]
+
+
+@dataclass
+class View:
+    """Nodes in a deterministic (topological, then by label) order, edges, and run facts."""
+
+    nodes: list[NodeView]
+    edges: list[EdgeView]
+    mode: str  # "plan" | "run"
+    title: str = "evaldag graph"
+    meta: dict = field(default_factory=dict)  # executor, wall_seconds, provenance (run view)
+
+    def node(self, node_id: str) -> NodeView:
+        return self.index()[node_id]
+
+    def index(self) -> dict[str, NodeView]:
+        return {n.id: n for n in self.nodes}
+
+    def to_nx(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for n in self.nodes:
+            g.add_node(n.id)
+        for e in self.edges:
+            g.add_edge(e.src, e.dst, keys=e.keys)
+        return g
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.status] = out.get(n.status, 0) + 1
+        return {s: out[s] for s in STATUSES if s in out}
+
+    def to_dict(self) -> dict:
+        nodes = []
+        for n in self.nodes:
+            d = asdict(n)
+            d["shared"] = n.shared
+            nodes.append(d)
+        return {"title": self.title, "mode": self.mode, "counts": self.counts(), "nodes": nodes,
+                "edges": [asdict(e) for e in self.edges], "meta": self.meta}
+
+
+# ---------------------------------------------------------------------- helpers
+def fmt_num(x: float | None) -> str:
+    """Four significant digits; NaN and infinities spelled out."""
+    if x is None:
+        return ""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    return f"{x:.4g}"
+
+
+def fmt_secs(s: float | None) -> str:
+    if s is None:
+        return ""
+    if s < 1:
+        return f"{s * 1000:.0f} ms" if s >= 0.0005 else "<1 ms"
+    return f"{s:.2f} s" if s < 60 else f"{s / 60:.1f} min"
+
+
+def headline(value: Any) -> float | None:
+    """The number a box shows: a Result's or dict's ``agg_value``, or a plain number."""
+    agg = getattr(value, "agg_value", value)
+    if isinstance(value, dict):
+        agg = value.get("agg_value")
+    if isinstance(agg, bool) or not isinstance(agg, (int, float)):
+        return None
+    return float(agg)
+
+
+def _display(group: str | None, name: str) -> str:
+    return f"{group}/{name}" if group else name
+
+
+def _finish(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict) -> View:
+    view = View(nodes, edges, mode, title, meta)
+    assign_clusters(view)
+    return view
+
+
+# ---------------------------------------------------------------------- plan view
+def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, values: dict | None = None,
+               show_resources: bool = False, title: str | None = None, meta: dict | None = None) -> View:
+    """A view of an engine Graph: the plan, or a run when ``records``/``values`` are given.
+
+    ``store`` (a Store or a folder) marks nodes whose fingerprint it already holds as
+    ``cached``; that needs fingerprints, i.e. ``graph.fingerprint(resources)`` first.
+    """
+    if store is not None and not hasattr(store, "has"):
+        from ..store import Store
+
+        store = Store(store)
+    order = graph.order()
+    ids = {v.key: f"n{i}" for i, v in enumerate(order)}
+    nodes, edges = [], []
+    for v in order:
+        rec = (records or {}).get(v.key)
+        if rec is not None:
+            status, reason = rec.status, rec.reason
+            # a cached node took no time; 6 decimals as run.json keeps them, so both views agree
+            seconds = round(rec.seconds, 6) if rec.status in ("computed", "failed") else None
+        else:
+            held = store is not None and v.fingerprint is not None and store.has(v.fingerprint)
+            status, seconds, reason = ("cached" if held else "planned"), None, ""
+        names = [_display(g, n) for g, n in v.names]
+        p = v.node.params
+        nodes.append(NodeView(
+            id=ids[v.key], key=v.key, label=v.label, names=names or [v.label], metric=v.metric.name,
+            kind=v.metric.kind, status=status, params=p.model_dump(mode="json"),
+            params_changed=p.model_dump(mode="json", exclude_defaults=True),
+            group=v.names[0][0] if v.names else None, seconds=seconds,
+            value=headline((values or {}).get(v.key)), reason=reason, fingerprint=v.fingerprint,
+            version=v.metric.version, resources=dict(v.resources)))
+        by_parent: dict[str, list[str]] = {}
+        for k, pk in v.parent_keys.items():
+            by_parent.setdefault(pk, []).append(k)
+        edges += [EdgeView(ids[pk], ids[v.key], sorted(ks)) for pk, ks in by_parent.items()]
+    if show_resources:
+        providers = getattr(getattr(graph, "registry", None), "providers", {}) or {}
+        _add_resource_nodes(nodes, edges, providers)
+    mode = "run" if records else "plan"
+    return _finish(nodes, edges, mode, title or f"evaldag {mode}", meta or {})
+
+
+def _add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers: dict) -> None:
+    """Input nodes for the resources the metrics read (and what providers derive them from)."""
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for n in list(nodes):
+        for need, name in sorted(n.resources.items()):
+            uses.setdefault(name, []).append((n.id, need))
+    todo = sorted(uses)
+    seen: set[str] = set()
+    while todo:  # providers' own inputs become resource nodes too
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        prov = providers.get(name)
+        for need in getattr(prov, "needs", ()):
+            uses.setdefault(need, []).append((f"res:{name}", need))
+            todo.append(need)
+    rid = {name: f"r{i}" for i, name in enumerate(sorted(uses))}
+    for name in sorted(uses):
+        prov = providers.get(name)
+        nodes.append(NodeView(id=rid[name], key=f"resource:{name}", label=name, names=[name],
+                              metric=f"provider {prov.name}" if prov else "resource", kind="resource",
+                              status="input"))
+        for target, need in uses[name]:
+            dst = rid[target[4:]] if target.startswith("res:") else target
+            edges.append(EdgeView(rid[name], dst, [need]))
+
+
+# ---------------------------------------------------------------------- run view
+def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None) -> View:
+    """The run view of a RunResult still in memory (values read from the store if needed)."""
+    values = {}
+    for v in result.graph.order():
+        rec = result.records.get(v.key)
+        if v.names and rec is not None and rec.status in ("computed", "cached"):
+            if v.key in result.loaded:
+                values[v.key] = result.loaded[v.key]
+            else:
+                entry = result.store.get(v.fingerprint)
+                values[v.key] = entry.value if entry is not None else None
+    meta = {"executor": result.executor, "wall_seconds": result.wall_seconds, "provenance": result.provenance}
+    return from_graph(result.graph, records=result.records, values=values, show_resources=show_resources,
+                      title=title or "evaldag run", meta=meta)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """JSON from us or open-unlearning (NaN/Infinity literals allowed)."""
+    return json.loads(Path(path).read_text())
+
+
+def read_evals(folder: Path) -> dict[str, dict]:
+    """``{BENCH: contents of BENCH_EVAL.json}`` for every EVAL file in ``folder``."""
+    out = {}
+    for p in sorted(folder.glob("*_EVAL.json")):
+        data = read_json(p)
+        if isinstance(data, dict):
+            out[p.name[: -len("_EVAL.json")]] = data
+    return out
+
+
+def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None) -> View:
+    """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``)."""
+    folder = Path(folder)
+    if folder.is_file():
+        folder = folder.parent
+    path = folder / "run.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no run.json here (is {folder} the --out folder of a run?)")
+    run = read_json(path)
+    entries = run.get("nodes") or {}
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path}: 'nodes' must be an object of node name -> record")
+    evals = read_evals(folder)
+    only_bench = next(iter(evals)) if len(evals) == 1 else None
+    g = nx.DiGraph()
+    for name in sorted(entries):
+        g.add_node(name)
+    for name, e in sorted(entries.items()):
+        for parent in (e.get("parents") or {}).values():
+            if parent in entries:
+                g.add_edge(parent, name)
+    order = list(nx.lexicographical_topological_sort(g, key=lambda name: name.split("/", 1)[-1]))  # as Graph.order()
+    ids = {name: f"n{i}" for i, name in enumerate(order)}
+    nodes, edges = [], []
+    for name in order:
+        e = entries[name]
+        group, bare = name.split("/", 1) if "/" in name else (None, name)
+        if group is None and only_bench and not UNNAMED.search(name):
+            group = only_bench
+        names = list(e.get("names") or [_display(group, bare)])
+        params = e.get("params") or {}
+        nodes.append(NodeView(
+            id=ids[name], key=name, label=bare, names=names, metric=e.get("metric", bare),
+            kind=e.get("kind", "aggregator"), status=e.get("status", "planned"), params=params,
+            params_changed=e.get("params_changed", params), group=group,
+            seconds=e.get("seconds") if e.get("status") in ("computed", "failed") else None,
+            value=_eval_value(evals, group, bare), reason=e.get("reason", ""),
+            fingerprint=e.get("fingerprint"), version=e.get("version"), resources=dict(e.get("resources") or {})))
+        by_parent: dict[str, list[str]] = {}
+        for k, parent in (e.get("parents") or {}).items():
+            if parent in ids:
+                by_parent.setdefault(parent, []).append(k)
+        edges += [EdgeView(ids[p], ids[name], sorted(ks)) for p, ks in by_parent.items()]
+    if show_resources:
+        _add_resource_nodes(nodes, edges, {})
+    meta = {k: run.get(k) for k in ("executor", "wall_seconds", "provenance") if k in run}
+    return _finish(nodes, edges, "run", title or f"evaldag run: {folder.name}", meta)
+
+
+def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float | None:
+    benches = [group] if group in evals else sorted(evals)
+    for b in benches:
+        if name in evals[b]:
+            return headline(evals[b][name])
+    return None
+
+
+# ---------------------------------------------------------------------- dispatch
+def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None) -> View:
+    """Anything drawable -> View: a View, a Graph, a RunResult, a run folder, or configured metrics."""
+    from ..graph import Graph
+    from ..run_result import RunResult
+
+    if isinstance(source, View):
+        return source
+    if isinstance(source, RunResult):
+        return from_run_result(source, show_resources=show_resources, title=title)
+    if isinstance(source, Graph):
+        return from_graph(source, store=store, show_resources=show_resources, title=title)
+    if isinstance(source, (str, os.PathLike)):
+        return from_run_dir(source, show_resources=show_resources, title=title)
+    if isinstance(source, Iterable):
+        return from_graph(Graph(list(source)), store=store, show_resources=show_resources, title=title)
+    raise TypeError(f"cannot draw {type(source).__name__}: give a Graph, a RunResult, a run folder or metrics")
