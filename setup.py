@@ -21,6 +21,6 @@ setup(
     package_dir=package_dir,
     package_data={
         "evaldag.benchmarks": ["**/*.json", "**/*.jsonl", "**/*.safetensors", "**/*.txt", "**/*.md"],
-        "evaldag.engine": ["render/*.js", "render/*.css", "render/*.html"],
+        "evaldag.engine": ["render/*.js", "render/*.css", "render/*.html", "render/assets/*"],
     },
 )

@@ -1,6 +1,9 @@
 """The ``evaldag`` command line.
 
+    evaldag demo                          three bundled checkpoints on TOFU, offline
     evaldag run [BENCH ...] [options]     run benchmarks (default: the toy graph)
+    evaldag graph BENCH | --run OUT_DIR   draw the plan of a benchmark, or a finished run
+    evaldag report OUT_DIR [...]          rebuild report.html, several runs side by side
     evaldag list                          registered metrics
     evaldag cache info|ls|explain|verify|clear|prune
 
@@ -49,6 +52,9 @@ def _parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
     for name in benchmarks or []:
         _bench_module(name).add_arguments(r)
 
+    d = sub.add_parser("demo", help="evaluate the three bundled checkpoints on TOFU, offline")
+    importlib.import_module("evaldag.benchmarks.demo.run").add_arguments(d)
+
     sub.add_parser("list", help="list registered metrics")
 
     c = sub.add_parser("cache", help="inspect or clean the cache")
@@ -57,6 +63,11 @@ def _parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
     c.add_argument("--cache-dir", default=None)
     c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
     c.add_argument("--yes", action="store_true", help="for clear: do not ask")
+
+    from .render.cli_graph import add_graph_parser, add_report_parser
+
+    add_graph_parser(sub, benchmarks)
+    add_report_parser(sub)
     return p
 
 
@@ -66,12 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # benchmark options are added once we know which benchmarks were named
     known, _ = _parser().parse_known_args(argv)
-    benches = (known.benchmarks or ["toy"]) if known.cmd == "run" else []
+    benches = (known.benchmarks or ["toy"]) if known.cmd == "run" else (known.benchmarks if known.cmd == "graph" else [])
     args = _parser(benches).parse_args(argv)
     if args.cmd == "run":
         return cmd_run(args)
     if args.cmd == "list":
         return cmd_list()
+    if args.cmd in ("graph", "report"):
+        from .render import cli_graph
+
+        return cli_graph.cmd_graph(args) if args.cmd == "graph" else cli_graph.cmd_report(args)
+    if args.cmd == "demo":
+        return importlib.import_module("evaldag.benchmarks.demo.run").main(args)
     return cmd_cache(args)
 
 
@@ -100,6 +117,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out or "evaldag-out")
     report.write(result, out, bench=benches[0])
+    from .render import write_report_html
+
+    write_report_html([out], out / "report.html")
     if not args.quiet:
         print_run(result, out)
     return 0 if result.ok else 1

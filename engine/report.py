@@ -60,7 +60,16 @@ def run_json(result: RunResult) -> dict:
     nodes = {names[k]: rec.to_json() for k, rec in result.records.items()}
     for k, rec in result.records.items():
         v = result.graph.vertices[k]
-        nodes[names[k]].update(metric=v.metric.name, kind=v.metric.kind, parents={a: names[p] for a, p in v.parent_keys.items()})
+        nodes[names[k]].update(
+            metric=v.metric.name,
+            kind=v.metric.kind,
+            version=v.metric.version,
+            parents={a: names[p] for a, p in v.parent_keys.items()},
+            names=[f"{g}/{n}" if g else n for g, n in v.names],
+            params=v.node.params.model_dump(mode="json"),
+            params_changed=v.node.params.model_dump(mode="json", exclude_defaults=True),
+            resources=dict(v.resources),
+        )
     return {
         "nodes": nodes,
         "executor": result.executor,

@@ -4,13 +4,17 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 from evaldag.engine import Result, cli, metric
+
+# the console script installed next to this interpreter (PATH may not hold the venv)
+EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 
 
 def test_default_run_then_warm_rerun(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    cmd = ["evaldag", "run", "--out", str(out), "--cache-dir", str(cache)]
+    cmd = [EVALDAG, "run", "--out", str(out), "--cache-dir", str(cache)]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "toy_probability" in first.stdout and "computed" in first.stdout
     run_json = json.loads((out / "run.json").read_text())
@@ -30,7 +34,7 @@ def test_default_run_then_warm_rerun(tmp_path):
 
 
 def test_list_shows_registered_metrics():
-    out = subprocess.run(["evaldag", "list"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([EVALDAG, "list"], capture_output=True, text=True, check=True).stdout
     assert "toy_probability" in out and "aggregator" in out and "scorer" in out
 
 

@@ -6,11 +6,15 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from evaldag.engine import Metric, Params, Result, metric, provider, run, write_report
 from evaldag.engine.declare import REGISTRY
 
 PROVIDED = []
+
+# the console script installed next to this interpreter (PATH may not hold the venv)
+EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 
 
 @provider("api_doubled", version="1", needs=("numbers",))
@@ -99,7 +103,7 @@ def test_third_party_metrics_register_through_entry_points(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-metrics\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[evaldag.metrics]\nanswer = thirdparty_metrics\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run(["evaldag", "list"], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run([EVALDAG, "list"], capture_output=True, text=True, check=True, env=env).stdout
     assert "thirdparty_answer" in out and "Always 42." in out
     code = "from evaldag.engine import REGISTRY, run; m = REGISTRY.get('thirdparty_answer'); print(run([m(name='t')], {}, cache_dir=%r)['t'].agg_value)" % str(tmp_path / "c")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.strip() == "42.0"

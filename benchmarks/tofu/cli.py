@@ -21,18 +21,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=200, help="greedy generation length for ROUGE")
 
 
-def build(args: argparse.Namespace):
-    source = common.data_source(args, "tofu")
-    metrics = _metrics(args)
+def _config(args: argparse.Namespace) -> spec.TofuConfig:
     logs = common.retain_logs_path(args, "tofu")
     if logs and args.retain_model:
         raise ValueError("give --retain-logs or --retain-model, not both")
-    cfg = spec.TofuConfig(
+    return spec.TofuConfig(
         template=common.template(args),
         joint_tokenization=args.joint_tokenization,
         retain="model" if args.retain_model else "logs" if logs else "none",
         max_new_tokens=args.max_new_tokens,
     )
+
+
+def plan(args: argparse.Namespace):
+    """The nodes alone (for ``evaldag graph``): no data, no model needed."""
+    return spec.nodes(_metrics(args), _config(args))
+
+
+def build(args: argparse.Namespace):
+    source = common.data_source(args, "tofu")
+    metrics = _metrics(args)
+    logs = common.retain_logs_path(args, "tofu")
+    cfg = _config(args)
     resources = common.model_resources(args)
     for role, subset in tofu_splits(args.forget_split, args.holdout_split).items():
         resources[RESOURCE_OF_ROLE[role]] = common.rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")

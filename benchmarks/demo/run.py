@@ -1,0 +1,107 @@
+"""``evaldag demo``: three bundled checkpoints on the TOFU graph, offline, through one cache.
+
+The target (trained on everything), the unlearned one (the target after gradient
+ascent on the forget authors) and the retain model (never saw them) are evaluated on
+open-unlearning's default TOFU metrics plus the MIA attacks, with the retain model as
+the reference for forget quality and privleak (through the same graph, so its nodes
+are computed once and found by fingerprint afterwards) and for the Reference attack.
+A second run finds every node in the cache and loads no weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ...engine.executor import Executor
+from ...engine.report import write as write_files
+from ...engine.request_cache import RequestCache
+from ...engine.results import Result
+from ...engine.schedule import run
+from ...engine.store import Store
+from ...engine.terminal import fmt
+from ..tofu import spec
+from ..tofu.cli import RESOURCE_OF_ROLE
+from ..tofu.data import load_subset, tofu_splits
+from . import DATA, MODEL_NAMES, model_path
+
+METRICS = spec.DEFAULT_METRICS + spec.MIA_METRICS
+TABLE = ("forget_quality", "forget_truth_ratio", "forget_Q_A_Prob", "forget_Q_A_ROUGE", "model_utility", "privleak",
+         "extraction_strength", "mia_loss", "mia_min_k", "mia_min_k_plus_plus", "mia_zlib", "mia_gradnorm", "mia_reference")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="evaldag-demo", help="output folder (default: ./evaldag-demo)")
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
+    p.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+
+
+def resources(name: str) -> dict:
+    from ...engine import Rows
+    from ...engine.adapters.hf import HFModel
+
+    res = {
+        "model": HFModel(model_path(name), dtype="fp32", device="cpu"),
+        "retain_model": HFModel(model_path("retain"), dtype="fp32", device="cpu"),
+        "reference_model": HFModel(model_path("retain"), dtype="fp32", device="cpu"),
+    }
+    for role, subset in tofu_splits("forget10").items():
+        res[RESOURCE_OF_ROLE[role]] = Rows(lambda s=subset: load_subset(DATA, s), f"evaldag-demo:{subset}")
+    return res
+
+
+def main(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    store = Store(args.cache_dir)
+    cfg = spec.TofuConfig(retain="model")
+    results, ok = {}, True
+    for name in MODEL_NAMES:
+        executor = Executor(cache=RequestCache(store.root), progress=args.progress)
+        res = run(spec.nodes(METRICS, cfg), resources(name), store=store, executor=executor)
+        write_files(res, out / name, bench="TOFU")
+        results[name] = res
+        ok = ok and res.ok
+        ex = res.executor
+        print(
+            f"{name:10s} {res.count('computed'):3d} nodes computed, {res.count('cached'):3d} cached;"
+            f" {ex['sequences_forwarded']:4d} sequences forwarded ({ex['generations']} generations),"
+            f" {ex['cached']} requests from cache; weights loaded: {'yes' if ex['model_loaded'] else 'no'}; {res.wall_seconds:5.1f} s"
+        )
+    print()
+    print(_table(results))
+    if not args.no_report:
+        try:
+            from ...engine.render.report_html import write_report_html
+
+            write_report_html([out / n for n in MODEL_NAMES], out / "report.html")
+            print(f"\nreport: {out / 'report.html'}")
+        except ImportError:  # pragma: no cover - the renderer ships with the package
+            pass
+    print(f"results: {out}/<model>/TOFU_EVAL.json, TOFU_SUMMARY.json, run.json  ({time.perf_counter() - t0:.1f} s in all)")
+    for name, res in results.items():
+        for rec in res.failures():
+            print(f"FAILED {name}/{rec.name}:\n{rec.error}")
+    return 0 if ok else 1
+
+
+def _table(results: dict) -> str:
+    names = list(results)
+    lines = [f"{'metric':22s}" + "".join(f"{n:>14s}" for n in names)]
+    lines.append("-" * len(lines[0]))
+    for metric in TABLE:
+        row = f"{metric:22s}"
+        for n in names:
+            try:
+                val = results[n][f"TOFU/{metric}"]
+            except KeyError:
+                val = None
+            row += f"{fmt(val.agg_value if isinstance(val, Result) else val):>14s}"
+        lines.append(row)
+    lines.append("")
+    lines.append("forget_quality: KS p-value vs the retain model (higher = closer to never having seen the forget set)")
+    lines.append("forget_Q_A_Prob: probability of the forget answers (lower after unlearning)")
+    lines.append("privleak: % difference in Min-K% 1-AUC from the retain model (near 0 = no leak); mia_*: AUC forget vs holdout")
+    return "\n".join(lines)
