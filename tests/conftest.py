@@ -7,12 +7,17 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
 
 # Keep every test off the user's real cache (the model file-hash memo lives there too).
-os.environ.setdefault("EVALDAG_CACHE_DIR", tempfile.mkdtemp(prefix="evaldag-test-cache-"))
+if "EVALDAG_CACHE_DIR" not in os.environ:
+    _session_cache = tempfile.mkdtemp(prefix="evaldag-test-cache-")
+    os.environ["EVALDAG_CACHE_DIR"] = _session_cache
+    atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
 
 @pytest.fixture
