@@ -116,17 +116,16 @@ class GenParams(Params):
 def qa_generations(model: Any, data: list[dict], params: GenParams):
     """One greedy generation per question prompt, whatever the number of metrics reading it."""
     enc = model.encoder()
-    settings = GenerationSettings(max_new_tokens=params.max_new_tokens, stop_strings=params.stop_strings)
-    prompts = []
-    for row in data:
-        # the prompt does not depend on the answer; pass an empty one
-        e = enc.encode_qa(row[params.question_key], "", params.template, fewshot=params.fewshot, max_length=params.max_length)
-        prompts.append(e.prompt_ids)
+    # the prompt does not depend on the answer; pass an empty one
+    prompts = [enc.encode_qa(row[params.question_key], "", params.template, fewshot=params.fewshot, max_length=params.max_length).prompt_ids for row in data]
+    return (yield from _generate(prompts, params.max_new_tokens, params.stop_strings))
+
+
+def _generate(prompts: list[tuple[int, ...]], max_new_tokens: int, stop_strings: tuple[str, ...]):
+    """Greedy generations for ``prompts``, with the prompt ids kept for the ground truth."""
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, stop_strings=stop_strings)
     results = yield [Generate(p, settings) for p in prompts]
-    return {
-        "generations": [r.text for r in results],
-        "prompt_ids": [np.asarray(p, dtype=np.int64) for p in prompts],
-    }
+    return {"generations": [r.text for r in results], "prompt_ids": [np.asarray(p, dtype=np.int64) for p in prompts]}
 
 
 class CompletionParams(Params):
@@ -144,8 +143,7 @@ def completion_stats(model: Any, data: list[dict], params: CompletionParams):
     enc = model.encoder()
     reqs = []
     for row in data:
-        prefix = row.get(params.prefix_key, "") if params.prefix_key else ""
-        e = enc.encode_completion(prefix, row[params.text_key], insert_space=params.insert_space, max_length=params.max_length)
+        e = enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space, max_length=params.max_length)
         reqs.append(TokenStats(e.context_ids, e.continuation_ids))
     results = yield reqs
     return _scored(enc, reqs, results, [0] * len(reqs))
@@ -160,16 +158,12 @@ class CompletionGenParams(CompletionParams):
 def completion_generations(model: Any, data: list[dict], params: CompletionGenParams):
     """One greedy continuation per prefix."""
     enc = model.encoder()
-    settings = GenerationSettings(max_new_tokens=params.max_new_tokens, stop_strings=params.stop_strings)
-    prompts = []
-    for row in data:
-        prefix = row.get(params.prefix_key, "") if params.prefix_key else ""
-        prompts.append(enc.encode_completion(prefix, row[params.text_key], insert_space=params.insert_space, max_length=params.max_length).prompt_ids)
-    results = yield [Generate(p, settings) for p in prompts]
-    return {
-        "generations": [r.text for r in results],
-        "prompt_ids": [np.asarray(p, dtype=np.int64) for p in prompts],
-    }
+    prompts = [enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space, max_length=params.max_length).prompt_ids for row in data]
+    return (yield from _generate(prompts, params.max_new_tokens, params.stop_strings))
+
+
+def _prefix(row: dict, params: Any) -> str:
+    return row.get(params.prefix_key, "") if params.prefix_key else ""
 
 
 class GradNormParams(QAParams):
@@ -187,8 +181,7 @@ def grad_norms(model: Any, data: list[dict], params: GradNormParams):
     reqs = []
     for row in data:
         if params.completion:
-            prefix = row.get(params.prefix_key, "") if params.prefix_key else ""
-            e = enc.encode_completion(prefix, row[params.text_key], insert_space=params.insert_space)
+            e = enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space)
         else:
             e = enc.encode_qa(row[params.question_key], row[params.field], params.template, joint=params.joint_tokenization, max_length=params.max_length)
         reqs.append(GradNorm(e.context_ids, e.continuation_ids, p=params.p))
