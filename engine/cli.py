@@ -26,6 +26,7 @@ BENCHMARKS = {
     "toy": "evaldag.benchmarks.toy_cli",
     "tofu": "evaldag.benchmarks.tofu.cli",
     "muse": "evaldag.benchmarks.muse.cli",
+    "weat": "evaldag.benchmarks.weat.cli",
 }
 
 
@@ -117,6 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out or "evaldag-out")
     report.write(result, out, bench=benches[0])
+    for name in benches:  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
+        hook = getattr(_bench_module(name), "write_outputs", None)
+        if hook is not None:
+            hook(result, out)
     from .render import write_report_html
 
     write_report_html([out], out / "report.html")

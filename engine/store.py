@@ -83,7 +83,8 @@ def pack(value: Any, meta: dict) -> bytes:
     from safetensors.numpy import save
 
     skeleton, arrays = codec.encode(value)
-    skeleton_json = json.dumps(skeleton, sort_keys=True, separators=(",", ":"))
+    # key order is part of the value (WEFE's per-word dicts are ordered): keep it
+    skeleton_json = json.dumps(skeleton, separators=(",", ":"))
     meta_json = json.dumps(meta, sort_keys=True, separators=(",", ":"), default=str)
     digest = codec.checksum(skeleton_json, meta_json, arrays)
     return save(arrays, metadata={"format": FORMAT, "skeleton": skeleton_json, "meta": meta_json, "sha256": digest})

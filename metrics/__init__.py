@@ -6,7 +6,9 @@ Importing a submodule registers its metrics. ``register_builtin`` (the package's
 
 import importlib
 
-BUILTIN_MODULES: tuple[str, ...] = ("scoring", "likelihood", "generation", "memorization", "privacy", "utility", "toy")
+BUILTIN_MODULES: tuple[str, ...] = (
+    "scoring", "likelihood", "generation", "memorization", "privacy", "utility", "fairness.nodes", "fairness.hf_embeddings", "toy",
+)
 
 
 def register_builtin() -> None:

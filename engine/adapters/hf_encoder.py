@@ -20,6 +20,19 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+def _backend_body(backend: Any) -> str:
+    """The serialized tokenizer without its call-time state.
+
+    ``truncation`` and ``padding`` in the backend JSON are whatever the *last* call
+    left there (``tok(x, max_length=8, truncation=True)`` sets them), not properties of
+    the tokenizer; hashing them would make the fingerprint depend on call history.
+    """
+    data = json.loads(backend.to_str())
+    data.pop("truncation", None)
+    data.pop("padding", None)
+    return json.dumps(data, sort_keys=True)
+
+
 class HFEncoder:
     """Text -> request ids, the way open-unlearning builds its datasets (spec section 2)."""
 
@@ -36,7 +49,7 @@ class HFEncoder:
         if self._fp is None:
             tok = self.tokenizer
             backend = getattr(tok, "backend_tokenizer", None)
-            body = backend.to_str() if backend is not None else json.dumps(sorted(tok.get_vocab().items()))
+            body = _backend_body(backend) if backend is not None else json.dumps(sorted(tok.get_vocab().items()))
             self._fp = _digest("hf-tok-1", type(tok).__name__, body,
                                json.dumps(tok.special_tokens_map, sort_keys=True, default=str),
                                str(tok.chat_template), str(getattr(tok, "truncation_side", "")))

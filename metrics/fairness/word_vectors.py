@@ -135,3 +135,5 @@ class WordVectors:
             h.update(json.dumps(self._words, ensure_ascii=False).encode("utf-8"))
             self._fingerprint = h.hexdigest()
         return self._fingerprint
+
+    __fingerprint__ = fingerprint  # so a bare WordVectors can be bound and hashed as a value
