@@ -15,7 +15,12 @@ STATUSES = ("computed", "cached", "failed", "skipped")
 
 @dataclass
 class NodeRecord:
-    """How one vertex fared: status, seconds, why it was (re)computed, the error if any."""
+    """How one vertex fared: status, seconds, why it was (re)computed, the error if any.
+
+    ``reason`` is always a recompute reason (new, params, parent, data, model, version,
+    corrupt-entry; empty when cached), also for a node that then failed or was skipped;
+    ``error`` holds the traceback of a failure or the cause of a skip.
+    """
 
     key: str
     name: str
@@ -34,13 +39,17 @@ class NodeRecord:
         return cls(v.key, v.label, v.fingerprint, "computed", seconds, reason)
 
     @classmethod
-    def failed(cls, v: Vertex, seconds: float, error: str) -> "NodeRecord":
-        last = error.strip().splitlines()[-1] if error.strip() else "error"
-        return cls(v.key, v.label, v.fingerprint, "failed", seconds, last, error)
+    def failed(cls, v: Vertex, seconds: float, error: str, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "failed", seconds, reason, error)
 
     @classmethod
-    def skipped(cls, v: Vertex, why: str) -> "NodeRecord":
-        return cls(v.key, v.label, v.fingerprint, "skipped", 0.0, why)
+    def skipped(cls, v: Vertex, why: str, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "skipped", 0.0, reason, why)
+
+    @property
+    def problem(self) -> str:
+        """One line: why a node failed (the exception) or was skipped (which parent)."""
+        return self.error.strip().splitlines()[-1] if self.error.strip() else ""
 
     @classmethod
     def twin(cls, v: Vertex, head: "NodeRecord") -> "NodeRecord":

@@ -80,7 +80,7 @@ class _Runner:
                 states = [self.records.get(pk) for pk in v.parent_keys.values()]
                 bad = [s for s in states if s is not None and s.status in ("failed", "skipped")]
                 if bad:
-                    self.records[v.key] = NodeRecord.skipped(v, f"parent {bad[0].name} {bad[0].status}")
+                    self.records[v.key] = NodeRecord.skipped(v, f"skipped: parent {bad[0].name} {bad[0].status}", self.reason(v))
                 elif all(s is not None for s in states):
                     ready.append(v)
                 else:
@@ -168,7 +168,7 @@ class _Runner:
 
     def fail(self, v: Vertex, err: BaseException | str, seconds: float) -> None:
         tb = err if isinstance(err, str) else "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
-        self.records[v.key] = NodeRecord.failed(v, seconds, tb)
+        self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
 
     def reason(self, v: Vertex) -> str:
         if v.fingerprint in self.store.corrupt:

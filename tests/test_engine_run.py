@@ -112,7 +112,8 @@ def test_failure_skips_descendants_and_keeps_the_rest(tmp_path):
     assert not res.ok
     boom_rec = res.records[res.graph.find("after").parent_keys["b"]]
     assert boom_rec.status == "failed" and "ZeroDivisionError: kaboom" in boom_rec.error
-    assert res.record("after").status == "skipped" and "failed" in res.record("after").reason
+    assert res.record("after").status == "skipped" and res.record("after").problem == f"skipped: parent {boom_rec.name} failed"
+    assert res.record("after").reason == boom_rec.reason == "new"  # reasons stay recompute reasons
     assert res.record("mean").status == "computed"
     again = run([r_mean(name="mean")], {"data": [1, 2]}, cache_dir=tmp_path)
     assert again.record("mean").status == "cached"

@@ -273,7 +273,7 @@ def test_tofu_like_run_has_every_status_and_reason(tofu_run):
     assert 55 <= len(view.nodes) <= 80
     assert view.counts().keys() == {"computed", "cached", "failed", "skipped"}
     assert by["mia_min_k"].status == "computed" and by["mia_min_k"].reason == "params"
-    assert by["mia_gradnorm"].status == "skipped" and "failed" in by["mia_gradnorm"].reason
+    assert by["mia_gradnorm"].status == "skipped" and "failed" in by["mia_gradnorm"].problem
     assert by["forget_Q_A_Prob"].status == "cached"
     assert sum(n.status == "failed" for n in view.nodes) == 2  # the forget and holdout gradient scorers
     svg = render.to_svg(out)

@@ -98,7 +98,7 @@ def tooltip(n: NodeView) -> str:
     rows.append(kind)
     if n.params:
         rows.append("params: " + ", ".join(f"{k}={v}" for k, v in sorted(n.params.items()))[:300])
-    rows.append(f"status: {n.status}" + (f" ({n.reason})" if n.reason else ""))
+    rows.append(f"status: {n.status}" + (f" ({n.reason})" if n.reason else "") + (f": {n.problem}" if n.problem else ""))
     if n.seconds is not None:
         rows.append(f"seconds: {n.seconds:.6g}")
     if n.value is not None:

@@ -47,6 +47,7 @@ class NodeView:
     seconds: float | None = None
     value: float | None = None
     reason: str = ""
+    problem: str = ""  # why it failed or was skipped (one line)
     fingerprint: str | None = None
     version: str | None = None
     resources: dict = field(default_factory=dict)  # need -> bound resource name
@@ -99,7 +100,7 @@ class NodeView:
         if self.status == "computed" and self.seconds is not None:
             parts.append(fmt_secs(self.seconds))
         if self.status in ("failed", "skipped"):
-            parts.append(f"{self.status}: {self.reason}" if self.reason else self.status)
+            parts.append(f"{self.status}: {self.problem}" if self.problem else self.status)
         elif self.status == "computed" and self.reason:
             parts.append(f"↻ {self.reason}")
         return "  ·  ".join(parts)
@@ -210,12 +211,12 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
     for v in order:
         rec = (records or {}).get(v.key)
         if rec is not None:
-            status, reason = rec.status, rec.reason
+            status, reason, problem = rec.status, rec.reason, rec.problem
             # a cached node took no time; 6 decimals as run.json keeps them, so both views agree
             seconds = round(rec.seconds, 6) if rec.status in ("computed", "failed") else None
         else:
             held = store is not None and v.fingerprint is not None and store.has(v.fingerprint)
-            status, seconds, reason = ("cached" if held else "planned"), None, ""
+            status, seconds, reason, problem = ("cached" if held else "planned"), None, "", ""
         names = [_display(g, n) for g, n in v.names]
         p = v.node.params
         nodes.append(NodeView(
@@ -223,7 +224,7 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
             kind=v.metric.kind, status=status, params=p.model_dump(mode="json"),
             params_changed=p.model_dump(mode="json", exclude_defaults=True),
             group=v.names[0][0] if v.names else None, seconds=seconds,
-            value=headline((values or {}).get(v.key)), reason=reason, fingerprint=v.fingerprint,
+            value=headline((values or {}).get(v.key)), reason=reason, problem=problem, fingerprint=v.fingerprint,
             version=v.metric.version, resources=dict(v.resources)))
         by_parent: dict[str, list[str]] = {}
         for k, pk in v.parent_keys.items():
@@ -333,6 +334,7 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
             params_changed=e.get("params_changed", params), group=group,
             seconds=e.get("seconds") if e.get("status") in ("computed", "failed") else None,
             value=_eval_value(evals, group, bare), reason=e.get("reason", ""),
+            problem=(e.get("error") or "").strip().splitlines()[-1] if (e.get("error") or "").strip() else "",
             fingerprint=e.get("fingerprint"), version=e.get("version"), resources=dict(e.get("resources") or {})))
         by_parent: dict[str, list[str]] = {}
         for k, parent in (e.get("parents") or {}).items():
