@@ -30,6 +30,10 @@ BENCHMARKS = {
 }
 
 
+# what to pass on the command line when a graph misses one of these resources
+RESOURCE_FLAGS = {"reference_model": "--reference-model DIR", "retain_model": "--retain-model DIR", "model": "--model DIR"}
+
+
 def _bench_module(name: str):
     if name not in BENCHMARKS:
         raise SystemExit(f"evaldag: unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
@@ -114,7 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         executor = Executor(cache=RequestCache(store.root), progress=args.progress, batch_tokens=getattr(args, "batch_tokens", None))
         result = run(nodes, resources, store=store, executor=executor, n_jobs=args.n_jobs, force=args.force)
     except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
-        print(f"evaldag: error: {e}", file=sys.stderr)
+        hints = [f"pass {flag}" for res, flag in RESOURCE_FLAGS.items() if f"'{res}'" in str(e)]
+        print(f"evaldag: error: {e}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
         return 2
     out = Path(args.out or "evaldag-out")
     report.write(result, out, bench=benches[0])
