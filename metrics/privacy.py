@@ -35,7 +35,6 @@ import zlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import ks_2samp, rankdata
 
 from .likelihood import as_float_array, avg_loss, index_keys
 
@@ -135,6 +134,8 @@ def auc(forget_scores: Sequence[float], holdout_scores: Sequence[float]) -> floa
         if not np.all(np.isfinite(arr)):
             bad = np.flatnonzero(~np.isfinite(arr))[:5].tolist()
             raise ValueError(f"AUC input contains NaN/inf in the {name} scores at positions {bad}")
+    from scipy.stats import rankdata  # imported here: scipy.stats costs ~0.5 s and warm runs never get here
+
     ranks = rankdata(np.concatenate([f, h]), method="average")
     u = ranks[f.size :].sum() - h.size * (h.size + 1) / 2.0
     return float(u / (f.size * h.size))
@@ -191,6 +192,8 @@ def forget_quality(
     """
     if retain_truth_ratios is None or len(retain_truth_ratios) == 0:
         return {"agg_value": None, "reason": NO_RETAIN_FQ}
+    from scipy.stats import ks_2samp
+
     p = float(ks_2samp(_scores_of(model_truth_ratios), _scores_of(retain_truth_ratios)).pvalue)
     out: dict[str, Any] = {"agg_value": p}
     if math.isnan(p):
