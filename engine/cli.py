@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -78,6 +79,8 @@ def _parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if hasattr(signal, "SIGPIPE"):  # `evaldag ... | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # transformers prints a "Loading weights" bar per checkpoint; our own bar is --progress
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # benchmark options are added once we know which benchmarks were named

@@ -19,6 +19,7 @@ def fmt(x: object) -> str:
 
 def print_run(result: RunResult, out: Path | None = None) -> None:
     groups = [g for g in result.graph.groups if g is not None] or [None]
+    width = max([32] + [len(n) for v in result.graph.vertices.values() for _, n in v.names]) + 1
     for g in groups:
         if g:
             print(f"== {g}")
@@ -32,7 +33,7 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
             agg = val.agg_value if isinstance(val, Result) else val
             why = f"  ({val.reason})" if isinstance(val, Result) and agg is None and val.reason else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")
-            print(f"  {name:32s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
+            print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor
     counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}
     print(

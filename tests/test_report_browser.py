@@ -103,3 +103,31 @@ def test_report_renders_with_every_plot_and_no_script_error(tmp_path):
     done = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,2000", report.as_uri())
     assert console_lines(done.stderr, report) == []
     assert png_size(shot) == (1400, 2000) and shot.stat().st_size > 50_000
+
+
+def test_weat_report_renders_its_bars_with_no_script_error(tmp_path):
+    """A WEAT run's report: the fairness table, one bar per word in every chart, no console error."""
+    spec = importlib.util.spec_from_file_location("_evaldag_fairness_tests", Path(__file__).with_name("test_render_fairness.py"))
+    ft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ft)
+    out = tmp_path / "weat"
+    assert ft.run_weat(out, tmp_path / "cache") == 0
+    report = write_report_html([out], tmp_path / "report.html")
+    evals = json.loads((out / "WEAT_EVAL.json").read_text())
+    words = sum(sum(len(ws) for ws in m["WEAT"].get("s_by_word", {}).values()) + len(m["RNSB"]["negative_sentiment_probabilities"])
+                + sum(len(ws) for ws in m["MAC"]["targets_eval"].values()) for m in evals.values())
+
+    done = chromium(tmp_path, "--dump-dom", report.as_uri() + "#ed-selftest")
+    dom = done.stdout
+    assert console_lines(done.stderr, report) == []
+    assert re.search(r'<body[^>]*data-ed-ready="1"', dom), "the page script did not finish"
+    table = re.search(r'<table class="ed-table ed-sortable ed-fair".*?</table>', dom, re.S).group(0)
+    assert len(re.findall(r"<tr>", table)) == 1 + len(evals)
+    assert len(re.findall(r"<details[^>]*ed-fair-q", dom)) == len(evals)
+    assert len(re.findall(r'<g class="ed-bar"', dom)) == words > 500
+    assert len(re.findall(r'<svg[^>]*class="ed-plot" data-plot="weat-s"', dom)) == 7  # WEAT 4, 5, 10 are NaN here
+
+    shot = tmp_path / "weat.png"
+    done = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,2000", report.as_uri())
+    assert console_lines(done.stderr, report) == []
+    assert png_size(shot) == (1200, 2000) and shot.stat().st_size > 50_000

@@ -35,15 +35,19 @@ from ...metrics.fairness.queries import LookupOptions, WordSetQuery
 GROUP = "WEAT"
 WORD_SETS = Path(__file__).with_name("word_sets.json")
 
-#: Caliskan et al.'s tests present in word_sets.json, run when no query file is given
+#: Caliskan et al.'s (2017) WEAT 1-10, every query of word_sets.json, run when no query
+#: file is given (sources: README.md next to word_sets.json)
 STANDARD_QUERIES: tuple[str, ...] = (
     "weat1_flowers_insects",
     "weat2_instruments_weapons",
     "weat3_eur_afr_names",
+    "weat4_eur_afr_names_2",
+    "weat5_eur_afr_names_2_nosek",
     "weat6_names_career_family",
     "weat7_math_arts_gender",
     "weat8_science_arts_gender",
     "weat9_mental_physical",
+    "weat10_young_old_names",
 )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .clusters import guess_split
+from .fairness_html import covered_summary_keys, fairness_section
 from .html import chips, graph_section, num_cell, page
 from .plots import histogram_svg, roc_curve, roc_svg
 from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
@@ -84,8 +85,16 @@ def metrics_section(runs: list[RunFolder]) -> str:
     """One table per benchmark: rows are metrics, columns are runs; headline rows first."""
     out = []
     for bench in sorted({b for r in runs for b in list(r.evals) + list(r.summaries)}):
-        head = sorted({k for r in runs for k in r.summaries.get(bench, {})})
+        # WEAT's SUMMARY is "query/METRIC": the Embedding fairness table shows each of those
+        # numbers once, as a query x metric grid; listing them here too would only repeat it
+        shown = covered_summary_keys(runs, bench)
+        head = sorted({k for r in runs for k in r.summaries.get(bench, {})} - shown)
         rest = sorted({k for r in runs for k, v in r.evals.get(bench, {}).items() if headline(v) is not None} - set(head))
+        if shown:
+            out.append(f'<h3>{escape(bench)}</h3><p class="ed-muted">Its {len(shown)} headline numbers (query/metric) are '
+                       'in the <a href="#fairness">Embedding fairness</a> table: one row per query, one column per metric.</p>')
+            if not head + rest:
+                continue
         rows = []
         for name in head + rest:
             cells = []
@@ -98,8 +107,8 @@ def metrics_section(runs: list[RunFolder]) -> str:
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(guess_split(name) or "")}</td>{"".join(cells)}</tr>')
         cols = "".join(f'<th class="ed-num" title="{escape(str(r.path))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
-        out.append(f"<h3>{escape(bench)}</h3>"
-                   f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'
+        out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
+                   + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'
                    f"<th>split</th>{cols}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
     if not out:
         return '<p class="ed-muted">No metric values found.</p>'
@@ -155,7 +164,7 @@ PLOT_TITLES = {
 }
 
 
-def plots_section(runs: list[RunFolder]) -> str:
+def plots_section(runs: list[RunFolder], fairness: bool = False) -> str:
     per_run = [plot_cards(r) for r in runs]
     out = []
     for kind, (title, lead) in PLOT_TITLES.items():
@@ -163,6 +172,8 @@ def plots_section(runs: list[RunFolder]) -> str:
         if cards:
             out.append(f'<h3>{title}</h3><p class="ed-muted">{lead}</p><div class="ed-plots">'
                        + "".join(f'<div class="ed-plot-card">{c}</div>' for c in cards) + "</div>")
+    if not out and fairness:
+        return '<p class="ed-muted">No per-item data to plot; the per-word bars are under <a href="#fairness">Embedding fairness</a>.</p>'
     return "".join(out) or '<p class="ed-muted">No per-item data to plot.</p>'
 
 
@@ -262,13 +273,17 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
         raise ValueError("give at least one output folder")
     _titles(runs)
     benches = sorted({b for r in runs for b in r.evals})
-    nav = ('<nav class="ed-nav"><a href="#metrics">Metrics</a><a href="#plots">Plots</a><a href="#graph">Graph</a>'
-           '<a href="#stats">Run statistics</a></nav>')
+    fairness = fairness_section(runs)
+    nav = ('<nav class="ed-nav"><a href="#metrics">Metrics</a>'
+           + ('<a href="#fairness">Embedding fairness</a>' if fairness else "")
+           + '<a href="#plots">Plots</a><a href="#graph">Graph</a><a href="#stats">Run statistics</a></nav>')
     body = [nav, chips([("runs", len(runs)), ("benchmarks", ", ".join(benches) or "none")]),
-            '<h2 id="metrics">Metrics</h2>', metrics_section(runs),
-            '<h2 id="plots">Plots</h2>', plots_section(runs),
-            '<h2 id="graph">Graph</h2>', graphs_section(runs),
-            '<h2 id="stats">Run statistics</h2>', stats_section(runs)]
+            '<h2 id="metrics">Metrics</h2>', metrics_section(runs)]
+    if fairness:
+        body += ['<h2 id="fairness">Embedding fairness</h2>', fairness]
+    body += ['<h2 id="plots">Plots</h2>', plots_section(runs, bool(fairness)),
+             '<h2 id="graph">Graph</h2>', graphs_section(runs),
+             '<h2 id="stats">Run statistics</h2>', stats_section(runs)]
     subtitle = " · ".join(r.title + (f" ({r.subtitle})" if r.subtitle else "") for r in runs)
     return page(title, "\n".join(body), subtitle=subtitle)
 
