@@ -37,8 +37,25 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import authors
-from .signal_check import _cpu_name, avg_losses, check_orderings, environment, file_hashes, format_table, greedy, model_signal, rouge_l_recall, sha256, summarize  # noqa: F401
-from .training import MODEL, TRAIN, UNLEARN, HERE, DEFAULT_OUT, BOS, EOS, PAD, VOCAB_SIZE, SPLIT_PATTERN, QUESTION_START, QUESTION_END, ANSWER_START, MODELS, DISPLAY_ORDER, _batch, _dump_json, _seed_all, _token_losses, _train_loss, deterministic_torch, encode, load_model, load_tokenizer, new_model, prompt_of, save_model, setup_determinism, tokenizer_files, tokenizer_texts, train, train_tokenizer, unlearn  # noqa: F401
+from .signal_check import check_orderings, environment, file_hashes, format_table, model_signal, summarize
+from .training import (  # noqa: F401  (prompt_of and the tokenizer helpers are used by the tests)
+    DEFAULT_OUT,
+    MODEL,
+    MODELS,
+    TRAIN,
+    UNLEARN,
+    _dump_json,
+    deterministic_torch,
+    load_model,
+    load_tokenizer,
+    prompt_of,
+    save_model,
+    tokenizer_files,
+    tokenizer_texts,
+    train,
+    train_tokenizer,
+    unlearn,
+)
 
 
 # ---------------------------------------------------------------- main
