@@ -8,7 +8,6 @@ reference's; ROUGE would absorb a flipped near-tie, which is why its tolerance i
 """
 
 import json
-import math
 from pathlib import Path
 
 import pytest
