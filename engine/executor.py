@@ -52,6 +52,8 @@ class KindStats:
 class ExecutorStats:
     by_kind: dict[str, KindStats] = field(default_factory=lambda: defaultdict(KindStats))
     models_loaded: list[str] = field(default_factory=list)
+    # model fingerprint -> request kind -> sequences forwarded (who did the work)
+    by_model: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
 
     def summary(self) -> dict[str, Any]:
         """The ``executor`` block of run.json (totals, then per request kind)."""
@@ -64,6 +66,7 @@ class ExecutorStats:
         out["generations"] = self.by_kind["generate"].sequences_forwarded if "generate" in self.by_kind else 0
         out["model_loaded"] = bool(self.models_loaded)
         out["models_loaded"] = list(self.models_loaded)  # fingerprints of the models whose weights were read
+        out["forwarded_by_model"] = {fp: dict(sorted(kinds.items())) for fp, kinds in self.by_model.items()}
         out["seconds"] = tot.seconds
         out["by_kind"] = {kind: {**asdict(s), "padding_fraction": s.padding_fraction}
                           for kind, s in sorted(self.by_kind.items())}
@@ -159,6 +162,7 @@ class Executor:
                     queue = deque([*halve(batch), *pack(rest, length, new)])
                     continue
                 self._record(adapter, kind, batch, got, st)
+                self.stats.by_model[fp][kind] += len(batch)
                 if self.cache is not None:
                     self.cache.put_many(fp, [(k, kind, r) for (k, _), r in zip(batch, got)])
                 results.update((k, r) for (k, _), r in zip(batch, got))

@@ -50,7 +50,7 @@ def open_unlearning_counts(s: dict[str, int]) -> dict[str, int]:
         "mia_reference (target side)": F + H,
     }
     gens = {"forget_Q_A_ROUGE": F, "forget_Q_A_PARA_ROUGE": F, "forget_Q_A_PERT_ROUGE": 5 * F, "retain/ra/wf ROUGE": R + A + W}
-    return {"rows": sum(rows.values()), "forget_qa_rows": F * 8, "generations": sum(gens.values()), "forget_generations": 7 * F}
+    return {"rows": sum(rows.values()), "forget_qa_rows": 9 * F,  # Prob, ES, EM, Min-K, Min-K++ (x2), LOSS, ZLib, Reference "generations": sum(gens.values()), "forget_generations": 7 * F}
 
 
 def run(out: Path, cache: Path, model: Path, *extra: str) -> tuple[float, dict]:
@@ -86,14 +86,16 @@ def main() -> None:
         second_s, sec = run(tmp / "second_out", tmp / "cache", second, "--retain-model", str(retain))
     ex = cold["executor"]
     ts, gen = ex["by_kind"]["token_stats"], ex["by_kind"]["generate"]
-    target_rows = ts["sequences_forwarded"] / 2  # token stats ran on target and retain (same sequences each)
+    mine = ex["forwarded_by_model"][cold["provenance"]["models"]["model"]]
+    target_rows, target_gens = mine.get("token_stats", 0), mine.get("generate", 0)
     print(f"TOFU fixture: forget {s['F']}, retain {s['R']}, real authors {s['A']}, world facts {s['W']}, holdout {s['H']}")
     print(f"metrics: {METRICS}; --retain-model retain; --reference-model retain\n")
     print(f"{'':52s}{'open-unlearning':>18s}{'evaldag':>12s}")
-    print(f"{'teacher-forced rows (target model)':52s}{ou['rows']:>18d}{target_rows:>12.0f}")
+    print(f"{'teacher-forced rows (target model)':52s}{ou['rows']:>18d}{target_rows:>12d}")
     print(f"{'  of which forget question->answer rows':52s}{ou['forget_qa_rows']:>18d}{s['F']:>12d}")
     print(f"{'forward rows per unique scored sequence':52s}{ou['rows'] / target_rows:>18.2f}{ts['sequences_forwarded'] / ts['unique']:>12.2f}")
-    print(f"{'greedy generations (target model)':52s}{ou['generations']:>18d}{gen['sequences_forwarded'] / 2:>12.0f}")
+    print(f"{'  (all models: rows forwarded / unique (model, sequence))':52s}{'':>18s}{ts['sequences_forwarded']:>6d} / {ts['unique']}")
+    print(f"{'greedy generations (target model)':52s}{ou['generations']:>18d}{target_gens:>12d}")
     print(f"{'  per forget question':52s}{7:>18d}{1:>12d}")
     print(f"{'generation requests asked / generated':52s}{'':>18s}{gen['requests']:>6d} / {gen['sequences_forwarded']}")
     print(f"{'padding fraction (token stats)':52s}{'':>18s}{100 * ts['padding_fraction']:>11.1f}%")
