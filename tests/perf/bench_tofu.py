@@ -50,7 +50,8 @@ def open_unlearning_counts(s: dict[str, int]) -> dict[str, int]:
         "mia_reference (target side)": F + H,
     }
     gens = {"forget_Q_A_ROUGE": F, "forget_Q_A_PARA_ROUGE": F, "forget_Q_A_PERT_ROUGE": 5 * F, "retain/ra/wf ROUGE": R + A + W}
-    return {"rows": sum(rows.values()), "forget_qa_rows": 9 * F,  # Prob, ES, EM, Min-K, Min-K++ (x2), LOSS, ZLib, Reference "generations": sum(gens.values()), "forget_generations": 7 * F}
+    # forget Q->A rows: Prob, ES, EM, Min-K, Min-K++ (twice), LOSS, ZLib, Reference
+    return {"rows": sum(rows.values()), "forget_qa_rows": 9 * F, "generations": sum(gens.values()), "forget_generations": 7 * F}
 
 
 def run(out: Path, cache: Path, model: Path, *extra: str) -> tuple[float, dict]:
