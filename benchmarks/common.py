@@ -19,6 +19,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-model", help="the reference model of the Reference MIA attack")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
+    p.add_argument("--attention-mask", default="reference", choices=["reference", "padding"],
+                   help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
+                        "when pad == eos (the default); padding: mask only padding")
     p.add_argument("--batch-tokens", type=int, default=None, help="token budget per batch (default: per device)")
     p.add_argument("--template", choices=["plain", "chat"], default=None, help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template")
     p.add_argument("--template-args", default=None, help="open-unlearning template_args (a model config YAML/JSON or the bare mapping)")
@@ -47,7 +50,8 @@ def model(path: str | None, args: argparse.Namespace) -> Any:
         return None
     if not Path(path).exists() and (path.startswith((".", "/")) or Path(path).suffix):
         raise FileNotFoundError(f"model folder not found: {path}")
-    return HFModel(path, dtype=args.dtype, device=args.device)
+    return HFModel(path, dtype=args.dtype, device=args.device,
+                   attention_mask=getattr(args, "attention_mask", "reference"))
 
 
 def model_resources(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,6 +3,7 @@ open-unlearning, and the fixture checkpoint must reproduce open-unlearning's own
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -14,7 +15,9 @@ from evaldag.engine.adapters.hf import HFAdapter, HFModel, file_sha256
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats
 
-from .conftest_models import OPEN_UNLEARNING, TINY_LLAMA, model, one_thread, resource, tofu_rows, tokenizer
+from .conftest_models import (
+    OPEN_UNLEARNING, TINY_LLAMA, model, one_thread, qa_texts, resource, tofu_rows, tokenizer,
+)
 
 torch = pytest.importorskip("torch")
 one_thread()
@@ -320,3 +323,213 @@ def test_fixture_checkpoint_reproduces_open_unlearning_avg_loss(cache_dir):
     norms = Executor().serve([(m, GradNorm(r.context_ids, r.continuation_ids)) for r in reqs[:2]])
     for i, g in enumerate(norms):
         assert g.value == pytest.approx(ref["mia_gradnorm"]["forget"]["value_by_index"][str(i)]["score"], rel=1e-4)
+
+
+# ------------------------------------------------- attention mask: open-unlearning's ids != pad
+#
+# open-unlearning's collator sets attention_mask = input_ids != pad_token_id, and a tokenizer
+# without a pad token gets pad = eos. HFModel(attention_mask="reference") (the default)
+# reproduces that; "padding" masks only the padding. Two tokenizers where it matters:
+#   gpt2:  bos == eos == pad (GPT-2 style); the bos that starts every sequence is masked.
+#   llama: Llama-3-Instruct style, eos = <|eot_id|> ends every chat turn, pad = eos; the
+#          prompt's turn ends are masked.
+
+
+@functools.lru_cache(maxsize=None)
+def pad_is_eos(style: str):
+    """(model, tokenizer) whose tokenizer has no pad token of its own (pad becomes eos)."""
+    from evaldag.engine.adapters.testing import EOS, EOT, tiny_gpt2, tiny_llama, tiny_tokenizer
+
+    if style == "gpt2":
+        tok, build = tiny_tokenizer(qa_texts(), bos=EOS, pad=None), tiny_gpt2
+    else:
+        tok, build = tiny_tokenizer(qa_texts(), eos=EOT, pad=None), tiny_llama
+    m = build(tok, initializer_range=0.3)
+    HFModel.from_pretrained_objects(m, tok)  # applies the no-pad rule: pad = eos
+    assert tok.pad_token_id == tok.eos_token_id is not None
+    return m, tok
+
+
+def pad_is_eos_resource(style: str, mode: str = "reference") -> HFModel:
+    m, tok = pad_is_eos(style)
+    return HFModel.from_pretrained_objects(m, tok, name=f"pad-eos-{style}", attention_mask=mode)
+
+
+def pad_is_eos_encoded(style: str, n: int = 6):
+    enc = pad_is_eos_resource(style).encoder()
+    t = PromptTemplate.chat(system_prompt="Answer briefly.") if style == "llama" else PLAIN
+    out = [enc.encode_qa(r["question"], r["answer"] * (2 if i % 3 == 0 else 1), t) for i, r in enumerate(tofu_rows()[:n])]
+    pad = enc.pad_token_id
+    # the pad id really occurs inside the inputs, away from any padding
+    assert all(pad in e.context_ids[:-1] for e in out)
+    if style == "llama":
+        assert all(e.context_ids.count(pad) == 2 and e.continuation_ids[-1] == pad for e in out)  # 2 turn ends + eos
+    else:
+        assert all(e.context_ids[0] == pad for e in out)  # the bos
+    return out
+
+
+def ou_logprobs(m, pad: int, reqs) -> list[np.ndarray]:
+    """open-unlearning's collator + forward: right pad with the pad id, mask = ids != pad,
+    no position ids, log_softmax, gather."""
+    seqs = [torch.tensor(r.context_ids + r.continuation_ids) for r in reqs]
+    ids = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad)
+    with torch.no_grad():
+        logits = m(input_ids=ids, attention_mask=ids.ne(pad)).logits
+    lp = torch.gather(torch.log_softmax(logits, -1)[:, :-1], 2, ids[:, 1:, None])[..., 0]
+    return [lp[i, len(r.context_ids) - 1 : len(r.context_ids) - 1 + len(r.continuation_ids)].numpy()
+            for i, r in enumerate(reqs)]
+
+
+def unmasked_logprobs(m, r) -> np.ndarray:
+    """One unpadded sequence, every token attended."""
+    ids = torch.tensor([r.context_ids + r.continuation_ids])
+    with torch.no_grad():
+        lp = torch.log_softmax(m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0], -1)
+    c, n = len(r.context_ids), len(r.continuation_ids)
+    return lp[c - 1 : c - 1 + n].gather(1, torch.tensor(r.continuation_ids)[:, None])[:, 0].numpy()
+
+
+@pytest.mark.parametrize("style", ["gpt2", "llama"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_reference_mask_reproduces_open_unlearning_and_padding_mode_does_not(style, side):
+    m, tok = pad_is_eos(style)
+    reqs = [TokenStats(e.context_ids, e.continuation_ids) for e in pad_is_eos_encoded(style)]
+    assert len({r.length() for r in reqs}) > 3
+    ref = HFAdapter(m, tok, padding_side=side)  # the default is "reference"
+    pad_only = HFAdapter(m, tok, padding_side=side, attention_mask="padding")
+    want_batched = ou_logprobs(m, tok.pad_token_id, reqs)
+    want_single = [ou_logprobs(m, tok.pad_token_id, [r])[0] for r in reqs]
+    got_batched, got_single = ref.run_batch(reqs), one_by_one(ref, reqs)
+    for gb, gs, wb, ws in zip(got_batched, got_single, want_batched, want_single):
+        np.testing.assert_allclose(gb.logprob, wb, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(gs.logprob, ws, atol=1e-5, rtol=0)
+    # padding mode: the corrected numbers, which really differ from open-unlearning's
+    pb, ps = pad_only.run_batch(reqs), one_by_one(pad_only, reqs)
+    for b, s, r, w in zip(pb, ps, reqs, want_single):
+        clean = unmasked_logprobs(m, r)
+        np.testing.assert_allclose(b.logprob, clean, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(s.logprob, clean, atol=1e-5, rtol=0)
+    assert max(float(np.abs(b.logprob - w).max()) for b, w in zip(pb, want_single)) > 1e-3
+    if side == "right":  # through the resource: the option reaches the adapter
+        res = pad_is_eos_resource(style).load().run_batch(reqs)
+        np.testing.assert_array_equal(res[0].logprob, got_batched[0].logprob)
+        res = pad_is_eos_resource(style, "padding").load().run_batch(reqs)
+        np.testing.assert_array_equal(res[0].logprob, pb[0].logprob)
+
+
+@pytest.mark.parametrize("style", ["gpt2", "llama"])
+def test_reference_mask_generation_equals_open_unlearning_generate(style):
+    m, tok = pad_is_eos(style)
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    reqs = [Generate(e.prompt_ids, GenerationSettings(max_new_tokens=20)) for e in pad_is_eos_encoded(style)]
+    got = {mode: pad_is_eos_resource(style, mode).load() for mode in ("reference", "padding")}
+    batched = {mode: a.run_batch(reqs) for mode, a in got.items()}
+    differs = 0
+    for i, r in enumerate(reqs):
+        ids = torch.tensor([r.prompt_ids])
+        with torch.no_grad():
+            out = m.generate(ids, attention_mask=ids != pad, max_new_tokens=20, do_sample=False, pad_token_id=eos)
+        want = out[0, ids.shape[1] :].numpy()
+        if eos in want.tolist():
+            want = want[: want.tolist().index(eos) + 1]
+        single = got["reference"].run_batch([r])[0]
+        np.testing.assert_array_equal(single.token_ids, want)
+        np.testing.assert_array_equal(batched["reference"][i].token_ids, want)
+        # padding mode: batched == one at a time as well, and not open-unlearning's tokens
+        np.testing.assert_array_equal(batched["padding"][i].token_ids, got["padding"].run_batch([r])[0].token_ids)
+        differs += not np.array_equal(batched["padding"][i].token_ids, want)
+    assert differs > 0
+    # not degenerate, so the comparisons could have failed (one llama prompt stops at once on the eos)
+    assert sum(len(set(b.token_ids.tolist())) >= 10 for b in batched["reference"]) >= len(reqs) - 1
+
+
+def test_reference_mask_grad_norm_and_hidden_states():
+    m, tok = pad_is_eos("llama")
+    pad = tok.pad_token_id
+    e = pad_is_eos_encoded("llama", 1)[0]
+    req = GradNorm(e.context_ids, e.continuation_ids)
+    values = {}
+    for mode in ("reference", "padding"):
+        values[mode] = HFAdapter(m, tok, attention_mask=mode).run_batch([req])[0].value
+        ids = torch.tensor([e.context_ids + e.continuation_ids])
+        mask = ids.ne(pad) if mode == "reference" else torch.ones_like(ids)
+        c, n = len(e.context_ids), len(e.continuation_ids) - 1
+        m.zero_grad()
+        logp = torch.log_softmax(m(input_ids=ids, attention_mask=mask).logits[0], -1)
+        (-logp[c - 1 : c - 1 + n].gather(1, ids[0, c : c + n, None]).mean()).backward()
+        norms = [float(p.grad.norm()) for p in m.parameters() if p.grad is not None]
+        m.zero_grad(set_to_none=True)
+        assert values[mode] == pytest.approx(sum(norms) / len(norms), rel=1e-5)
+    assert values["reference"] != pytest.approx(values["padding"], rel=1e-3)
+    # hidden states have no open-unlearning counterpart: only padding is masked in both modes
+    hs = [HiddenStates(e.context_ids, (0, -1)), HiddenStates((pad,), (0, -1))]
+    a = HFAdapter(m, tok).run_batch(hs)
+    b = HFAdapter(m, tok, attention_mask="padding").run_batch(hs)
+    for x, y in zip(a, b):
+        assert np.isfinite(x.states).all()
+        np.testing.assert_array_equal(x.states, y.states)
+
+
+def test_mask_mode_is_in_the_fingerprint_only_where_it_matters(tmp_path):
+    from evaldag.engine.adapters.testing import EOS, EOT, save_tiny_model, tiny_tokenizer
+
+    def fps(path):
+        return [HFModel(path, dtype="fp32", attention_mask=mode).fingerprint() for mode in ("reference", "padding")]
+
+    # in memory, pad == eos
+    for style in ("gpt2", "llama"):
+        a, b = (pad_is_eos_resource(style, mode) for mode in ("reference", "padding"))
+        assert a.mask_mode_matters() and a.fingerprint() != b.fingerprint()
+        assert a.fingerprint() == pad_is_eos_resource(style).fingerprint()
+    assert not resource("llama").mask_mode_matters()  # the conftest tokenizer has a <pad>
+    # checkpoints: no pad token (pad = eos), and a pad that the chat template writes
+    no_pad = save_tiny_model(tmp_path / "gpt2", arch="gpt2", tokenizer=tiny_tokenizer(qa_texts(), bos=EOS, pad=None))
+    eot_pad = save_tiny_model(tmp_path / "eot", tokenizer=tiny_tokenizer(qa_texts(), pad=EOT))
+    for path in (no_pad, eot_pad):
+        r, p = fps(path)
+        assert r != p and HFModel(path, dtype="fp32").fingerprint() == r
+    r, p = fps("evaldag-test/never-downloaded")  # an unresolvable hub id: assume it matters
+    assert r != p
+    # a dedicated pad: one fingerprint (and one cache) for both modes
+    r, p = fps(TINY_LLAMA / "target")
+    assert r == p
+    with pytest.raises(ValueError, match="attention_mask"):
+        HFModel(TINY_LLAMA / "target", attention_mask="none")
+
+
+def test_dedicated_pad_gives_identical_numbers_in_both_modes(cache_dir):
+    reqs_enc = []
+    models = {mode: HFModel(TINY_LLAMA / "target", dtype="fp32", device="cpu", attention_mask=mode)
+              for mode in ("reference", "padding")}
+    enc = models["reference"].encoder()
+    chat = PromptTemplate.chat(system_prompt="Answer briefly.")
+    for i, r in enumerate(tofu_rows()[:4]):
+        reqs_enc.append(enc.encode_qa(r["question"], r["answer"], chat if i % 2 else PLAIN))
+    assert any(enc.tokenizer.convert_tokens_to_ids("<|eot_id|>") in e.context_ids for e in reqs_enc)
+    stats = [TokenStats(e.context_ids, e.continuation_ids) for e in reqs_enc]
+    gens = [Generate(e.prompt_ids, GenerationSettings(max_new_tokens=16)) for e in reqs_enc]
+    grads = [GradNorm(e.context_ids, e.continuation_ids) for e in reqs_enc[:1]]
+    out = {mode: [m.load().run_batch(x) for x in (stats, gens, grads)] for mode, m in models.items()}
+    (s1, g1, n1), (s2, g2, n2) = out["reference"], out["padding"]
+    for a, b in zip(s1, s2):
+        np.testing.assert_array_equal(a.logprob, b.logprob)
+        np.testing.assert_array_equal(a.var, b.var)
+    for a, b in zip(g1, g2):
+        np.testing.assert_array_equal(a.token_ids, b.token_ids)
+    assert n1[0].value == n2[0].value
+
+
+def test_cli_attention_mask_option():
+    import argparse
+
+    from evaldag.benchmarks import common
+
+    p = argparse.ArgumentParser()
+    common.add_model_arguments(p)
+    assert common.model(str(TINY_LLAMA / "target"), p.parse_args([])).attention_mask == "reference"
+    args = p.parse_args(["--attention-mask", "padding"])
+    assert common.model(str(TINY_LLAMA / "target"), args).attention_mask == "padding"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--attention-mask", "all"])
+

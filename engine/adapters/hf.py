@@ -3,6 +3,8 @@
 * :class:`HFModel` names a checkpoint. Its fingerprint is a content hash of the files, so it
   is known without loading anything, and a warm rerun never imports torch (unless
   ``dtype="auto"`` has to ask torch which device exists; pass a dtype to avoid that).
+  ``attention_mask="reference"`` (default) reproduces open-unlearning's ``ids != pad``
+  attention mask (with pad == eos it hides real eos tokens); ``"padding"`` masks only padding.
 * :class:`HFEncoder` (hf_encoder.py) turns text into request ids exactly the way open-unlearning does
   (``preprocess_chat_instance`` / ``preprocess_pretraining_instance``), quirks included,
   plus a ``joint`` mode that fixes the prompt/answer boundary bug (open-unlearning #195).
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import _atomic_write, default_cache_dir
-from .hf_adapter import HFAdapter
+from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 
 __all__ = ["HFModel", "HFEncoder", "HFAdapter", "file_sha256"]
@@ -108,16 +110,27 @@ class HFModel:
     ``dtype="auto"``: fp32 on CPU (bf16 matmuls there are slow and less exact); on an
     accelerator the checkpoint's own ``torch_dtype`` (fp32 if it has none).
     ``device="auto"``: cuda, then mps, then cpu.
+
+    ``attention_mask``: ``"reference"`` (default) reproduces open-unlearning's collator,
+    ``attention_mask = input_ids != pad_token_id``. When the tokenizer has no pad token,
+    pad = eos (open-unlearning's rule, applied here too), so every real eos inside a
+    sequence is hidden from attention: each ``<|eot_id|>`` ending a Llama-3-Instruct chat
+    turn, and the bos of a tokenizer with bos == eos == pad. This applies to
+    teacher-forced scoring (TokenStats), generation and GradNorm. ``"padding"`` masks
+    only padding (the corrected behaviour). With a dedicated pad token the two give the
+    same numbers; see :meth:`mask_mode_matters` for how the fingerprint tells them apart.
     """
 
     kind = "model"
 
     def __init__(self, path_or_id: str | os.PathLike, dtype: str = "auto", device: str = "auto",
-                 attn_implementation: str | None = None):
+                 attn_implementation: str | None = None, attention_mask: str = "reference"):
         if dtype not in ("auto", *DTYPES):
             raise ValueError(f"HFModel: dtype must be auto, bf16, fp16 or fp32, not {dtype!r}")
         if device not in DEVICES and not str(device).startswith("cuda:"):
             raise ValueError(f"HFModel: device must be one of {DEVICES} (or cuda:N), not {device!r}")
+        _check_mask_mode(attention_mask)
+        self.attention_mask = attention_mask
         self.path = str(path_or_id)
         self.is_dir = Path(self.path).expanduser().is_dir()
         if not self.is_dir and self.path.startswith(("/", ".", "~")):  # a path, not a hub id
@@ -130,15 +143,18 @@ class HFModel:
         self.name = self.path
 
     @classmethod
-    def from_pretrained_objects(cls, model: Any, tokenizer: Any, name: str = "in-memory") -> "HFModel":
+    def from_pretrained_objects(cls, model: Any, tokenizer: Any, name: str = "in-memory",
+                                attention_mask: str = "reference") -> "HFModel":
         """Wrap an already-built model and tokenizer (tests, notebooks, a model mid-training).
 
         The fingerprint hashes the weights and the tokenizer's serialization once, when
         first asked; mutate the model afterwards and the fingerprint is stale, so wrap
-        it again.
+        it again. The tokenizer gets pad = eos when it has no pad token.
         """
+        _check_mask_mode(attention_mask)
         self = cls.__new__(cls)
         self.path, self.is_dir, self.name = name, False, name
+        self.attention_mask = attention_mask
         self.dtype = str(model.dtype).replace("torch.", "")
         self.device, self.attn_implementation = str(model.device.type), None
         _ensure_pad(tokenizer)
@@ -168,10 +184,14 @@ class HFModel:
         return self._fp
 
     def _compute_fingerprint(self) -> str:
+        # The mask mode is hashed only where it can change a number (mask_mode_matters),
+        # so checkpoints with a dedicated pad token keep one fingerprint (and one cache)
+        # for both modes, and for the results cached before the option existed.
+        mask = [f"attention_mask={self.attention_mask}"] if self.mask_mode_matters() else []
         if self._objects is not None:
             model, _ = self._objects
             return _digest("hf-mem-1", _state_dict_digest(model), _config_digest(model),
-                           self.encoder().fingerprint(), self.dtype)
+                           self.encoder().fingerprint(), self.dtype, *mask)
         dtype = self.resolved_dtype()
         if self.is_dir:
             root = Path(self.path).expanduser()
@@ -179,16 +199,35 @@ class HFModel:
                            if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in OTHER_FILES))
             if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
                 raise FileNotFoundError(f"HFModel: no *.safetensors or *.bin weights in {root}")
-            return _digest("hf-dir-1", *(f"{p.name}={file_sha256(p)}" for p in files), f"dtype={dtype}")
+            return _digest("hf-dir-1", *(f"{p.name}={file_sha256(p)}" for p in files), f"dtype={dtype}", *mask)
         # A hub id: the resolved commit of a locally cached snapshot identifies the weights.
         # Without one (never downloaded, or not resolvable offline) only the id is hashed,
         # which cannot notice the repository changing on the hub.
-        return _digest("hf-hub-1", self.path, _hub_revision(self.path) or "unresolved", f"dtype={dtype}")
+        snapshot = _hub_snapshot(self.path)
+        return _digest("hf-hub-1", self.path, snapshot.name if snapshot else "unresolved", f"dtype={dtype}", *mask)
+
+    def mask_mode_matters(self) -> bool:
+        """Whether ``attention_mask="reference"`` and ``"padding"`` can give different numbers.
+
+        They differ only where a real token equals the pad id. That cannot happen when the
+        tokenizer has a dedicated pad token: set explicitly, not the bos, eos or unk, and
+        not written by the chat template. Anything else (no pad token, so pad = eos; pad
+        equal to bos/eos/unk; a pad the template emits, e.g. ``pad = <|eot_id|>``; special
+        tokens that cannot be read from the files; an unresolved hub id) counts as
+        "matters", so a wrong answer only costs a cache split, never a shared entry. The
+        one case not caught: data that spells the pad token out literally in its text.
+        Decided from the tokenizer files alone (no transformers import), or from the
+        tokenizer object for :meth:`from_pretrained_objects`.
+        """
+        if self._objects is not None:
+            return not _dedicated_pad_object(self._objects[1])
+        root = Path(self.path).expanduser() if self.is_dir else _hub_snapshot(self.path)
+        return root is None or not _dedicated_pad_files(root)
 
     def describe(self) -> dict:
         device = self._adapter.device if self._adapter is not None else self.device
         return {"path": self.path, "dtype": self.dtype, "device": device,
-                "attn_implementation": self.attn_implementation}
+                "attn_implementation": self.attn_implementation, "attention_mask": self.attention_mask}
 
     # -- halves
     def encoder(self) -> "HFEncoder":
@@ -205,7 +244,7 @@ class HFModel:
             return self._adapter
         if self._objects is not None:
             model, tok = self._objects
-            self._adapter = HFAdapter(model.eval(), tok)  # evaluation runs in eval mode (no dropout)
+            self._adapter = HFAdapter(model.eval(), tok, attention_mask=self.attention_mask)  # eval mode: no dropout
             return self._adapter
         import torch
         import transformers
@@ -218,7 +257,7 @@ class HFModel:
             kw["attn_implementation"] = self.attn_implementation
         src = str(Path(self.path).expanduser()) if self.is_dir else self.path
         model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
-        self._adapter = HFAdapter(model, self.encoder().tokenizer)
+        self._adapter = HFAdapter(model, self.encoder().tokenizer, attention_mask=self.attention_mask)
         return self._adapter
 
 
@@ -226,6 +265,68 @@ def _ensure_pad(tokenizer: Any) -> None:
     """open-unlearning's rule: no pad token -> pad = eos."""
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+
+
+def _check_mask_mode(mode: str) -> None:
+    if mode not in ATTENTION_MASKS:
+        raise ValueError(f"HFModel: attention_mask must be one of {ATTENTION_MASKS}, not {mode!r}")
+
+
+def _template_text(template: Any) -> str:
+    """Every string of a chat template (a string, or a list of {name, template} dicts)."""
+    if isinstance(template, str):
+        return template
+    if isinstance(template, dict):
+        return "\n".join(_template_text(v) for v in template.values())
+    if isinstance(template, (list, tuple)):
+        return "\n".join(_template_text(v) for v in template)
+    return ""
+
+
+def _dedicated_pad_object(tok: Any) -> bool:
+    """The tokenizer's pad is its own token: not bos/eos/unk, not in the chat template."""
+    pad = tok.pad_token_id
+    if pad is None or pad in {tok.bos_token_id, tok.eos_token_id, tok.unk_token_id}:
+        return False
+    return str(tok.pad_token) not in _template_text(getattr(tok, "chat_template", None))
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, dict):  # a serialized AddedToken
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _dedicated_pad_files(root: Path) -> bool:
+    """:func:`_dedicated_pad_object` from tokenizer_config.json and special_tokens_map.json.
+
+    Both files are read and every value they give a token counts; when the pad or the eos
+    is not found in either (pad = eos, or special tokens this cannot see), the answer is
+    False, the safe side.
+    """
+    found: dict[str, set[str]] = {k: set() for k in ("pad_token", "eos_token", "bos_token", "unk_token")}
+    template = []
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "chat_template.json"):
+        try:
+            data = json.loads((root / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key, values in found.items():
+            content = _token_content(data.get(key))
+            if content is not None:
+                values.add(content)
+        template.append(_template_text(data.get("chat_template")))
+    try:
+        template.append((root / "chat_template.jinja").read_text())
+    except OSError:
+        pass
+    pads, others = found["pad_token"], found["eos_token"] | found["bos_token"] | found["unk_token"]
+    if len(pads) != 1 or not found["eos_token"]:
+        return False
+    (pad,) = pads
+    return pad not in others and pad not in "\n".join(template)
 
 
 def _resolve_device(device: str) -> str:
@@ -240,11 +341,12 @@ def _resolve_device(device: str) -> str:
     return "cpu"
 
 
-def _hub_revision(repo_id: str) -> str | None:
+def _hub_snapshot(repo_id: str) -> Path | None:
+    """The locally cached snapshot folder of a hub id (its name is the commit), or None."""
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, local_files_only=True)).name
+        return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached / hub lib missing: fall back to the id
         return None
 

@@ -7,6 +7,11 @@
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
 * GradNorm: open-unlearning's per-sample gradient-norm attack.
 
+Attention mask (``attention_mask``): ``"reference"`` (the default) is open-unlearning's
+``input_ids != pad_token_id``, so with pad == eos every real eos inside a sequence (and the
+bos when bos == eos == pad) is hidden from attention, as in its evaluations; ``"padding"``
+masks only the padding. See :meth:`HFAdapter._pad`.
+
 Out-of-memory errors become :class:`OutOfMemory` so the executor can halve the batch.
 torch and transformers are imported inside functions: importing this module is cheap.
 """
@@ -23,6 +28,8 @@ from .base import OutOfMemory
 
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
+# "reference": open-unlearning's ``mask = input_ids != pad_token_id``; "padding": padding only.
+ATTENTION_MASKS = ("reference", "padding")
 
 
 class HFAdapter:
@@ -31,19 +38,29 @@ class HFAdapter:
     ``padding_side`` overrides the teacher-forced kinds' own side (tests use it to check
     that left and right padding agree); generation always pads on the left. After each
     batch ``last_batch_tokens`` is (real, padded) tokens, for the executor's statistics.
+
+    ``attention_mask="reference"`` (default) masks every token equal to the tokenizer's
+    pad id, as open-unlearning's collator does, in TokenStats, Generate and GradNorm;
+    ``"padding"`` masks only padding. HiddenStates always masks only padding.
     """
 
     def __init__(self, model: Any, tokenizer: Any, padding_side: str | None = None,
-                 stats_chunk_rows: int = STATS_CHUNK_ROWS):
+                 stats_chunk_rows: int = STATS_CHUNK_ROWS, attention_mask: str = "reference"):
         if padding_side not in (None, "left", "right"):
             raise ValueError(f"padding_side must be None, 'left' or 'right', not {padding_side!r}")
+        if attention_mask not in ATTENTION_MASKS:
+            raise ValueError(f"attention_mask must be one of {ATTENTION_MASKS}, not {attention_mask!r}")
         self.model, self.tokenizer = model, tokenizer
         self.device = str(model.device.type)
         self.padding_side, self.stats_chunk_rows = padding_side, stats_chunk_rows
+        self.attention_mask = attention_mask
         self.last_batch_tokens = (0, 0)
         self._head: Any = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+        # The id open-unlearning's collator masks wherever it occurs. Without a pad token
+        # (HFModel always sets one) there is no reference rule: only padding is masked.
+        self.masked_id = pad if attention_mask == "reference" else None
 
     def run_batch(self, requests: Sequence[Request]) -> list[Any]:
         if not requests:
@@ -91,16 +108,22 @@ class HFAdapter:
         return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
 
     # -- batching helpers
-    def _pad(self, seqs: list[tuple[int, ...]], side: str) -> tuple[Any, Any, Any, list[int]]:
-        """Pad ids; the attention mask marks the real tokens.
+    def _pad(self, seqs: list[tuple[int, ...]], side: str, reference: bool = True) -> tuple[Any, Any, Any, list[int]]:
+        """Pad ids with the pad id; return ids, attention mask, position ids, starts.
 
-        open-unlearning's collator instead sets ``mask = ids != pad_token_id``. With pad ==
-        eos that also hides real eos tokens (and the bos when bos == eos == pad, as in
-        GPT-2). Its usual victim, the eos appended after the answer, is the last position:
-        no scored position attends to it, so its scores do not change as long as pad !=
-        bos and no eos sits mid-sequence. We use the true mask. Left padding gets
-        explicit position ids (cumsum(mask) - 1): without them GPT-2's log-probs are
-        badly wrong and Llama's drift.
+        Padding is always masked. With ``attention_mask="reference"`` (and ``reference``)
+        every real token equal to the pad id is masked too: open-unlearning's collator
+        sets ``mask = ids != pad_token_id``, so with pad == eos every eos inside a
+        sequence (Llama-3 chat turns end in the eos ``<|eot_id|>``), and the bos when bos
+        == eos == pad (GPT-2 style), is hidden from attention. A single unpadded sequence
+        gets the same mask, as open-unlearning's batches of one do.
+
+        Position ids follow the padding only. Right padding passes none (the model's own
+        ``arange``, as open-unlearning's ``model(input_ids, attention_mask, labels)``
+        does, masked tokens included). Left padding passes ``cumsum(padding) - 1``, the
+        same positions shifted past the pads: without them GPT-2's log-probs are badly
+        wrong and Llama's drift. Generation passes no position ids; ``generate`` derives
+        them from the mask, exactly as in open-unlearning.
         """
         import torch
 
@@ -116,6 +139,8 @@ class HFAdapter:
             mask[i, a : a + len(s)] = 1
             starts.append(a)
         pos = (mask.cumsum(-1) - 1).clamp(min=0) if side == "left" else None
+        if reference and self.masked_id is not None:
+            mask = mask * (ids != self.masked_id).long()
         self.last_batch_tokens = (sum(map(len, seqs)), len(seqs) * width)
         dev = self.model.device
         return ids.to(dev), mask.to(dev), None if pos is None else pos.to(dev), starts
@@ -196,8 +221,10 @@ class HFAdapter:
     def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
         """Batched generation, left padded, settings per sequence (see _RowStops, _SeededSampler).
 
-        Greedy is ``generate(do_sample=False, pad_token_id=eos)`` as open-unlearning calls
-        it, so the model's generation_config (eos ids, repetition penalty) still applies.
+        Greedy is ``generate(ids, attention_mask=mask, do_sample=False, pad_token_id=eos)``
+        as open-unlearning calls it (in reference mode ``mask = ids != pad``, and generate
+        derives the position ids from it), so the model's generation_config (eos ids,
+        repetition penalty) still applies.
         Each result holds the new ids up to and including the eos or the token that
         completed a stop string, and their text; the text is not cut at the stop string.
         """
@@ -231,11 +258,16 @@ class HFAdapter:
 
     def _hidden_states(self, reqs: list[HiddenStates]) -> list[HiddenStatesResult]:
         """``[len(layers), len(ids), hidden]`` float32; layer indices follow HF's
-        ``output_hidden_states`` tuple (0 = embeddings, -1 = last, after the final norm)."""
+        ``output_hidden_states`` tuple (0 = embeddings, -1 = last, after the final norm).
+
+        Only padding is masked, whatever ``attention_mask`` says: open-unlearning has no
+        hidden-state evaluation, so there is no reference behaviour to reproduce, and
+        masking ids == pad would leave a sequence made of the pad token (the embedding
+        of the eos) with nothing to attend to."""
         import torch
 
         side = self.padding_side or HiddenStates.padding_side
-        ids, mask, pos, starts = self._pad([r.ids for r in reqs], side)
+        ids, mask, pos, starts = self._pad([r.ids for r in reqs], side, reference=False)
         with torch.inference_mode():
             split = self._head_split()
             net = split[0] if split else self.model
@@ -257,7 +289,9 @@ class HFAdapter:
         value = mean over parameters with a gradient of ``||grad||_p`` (not a global norm).
         Train mode turns dropout on where a model has it, as open-unlearning does; each
         sample runs under a forked RNG seeded with 0 so the value depends only on the
-        request. Empty targets give NaN. Eval mode is restored afterwards.
+        request. Empty targets give NaN. Eval mode is restored afterwards. The forward
+        is open-unlearning's batch of one: no position ids, and in reference mode the
+        mask ``ids != pad``.
         """
         import torch
 
@@ -277,7 +311,8 @@ class HFAdapter:
                 cuda = [model.device] if model.device.type == "cuda" else []
                 with torch.enable_grad(), torch.random.fork_rng(devices=cuda):
                     torch.manual_seed(0)
-                    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0]
+                    mask = torch.ones_like(ids) if self.masked_id is None else (ids != self.masked_id).long()
+                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[0]
                     logp = torch.log_softmax(logits[c - 1 : c - 1 + n].float(), dim=-1)
                     loss = -logp.gather(1, ids[0, c : c + n, None]).mean()
                     model.zero_grad(set_to_none=True)

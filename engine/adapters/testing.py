@@ -33,11 +33,17 @@ DEFAULT_TEXTS = (
 )
 
 
-def tiny_tokenizer(texts: Iterable[str] = DEFAULT_TEXTS, vocab_size: int = 512, chat_template: bool = True) -> Any:
+def tiny_tokenizer(texts: Iterable[str] = DEFAULT_TEXTS, vocab_size: int = 512, chat_template: bool = True,
+                   bos: str = BOS, eos: str = EOS, pad: str | None = PAD) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a transformers fast tokenizer.
 
-    bos/eos/pad are distinct special tokens (ids 0, 1, 2); the bos is prepended by the
-    post-processor, as Llama tokenizers do. Training is deterministic for the same texts.
+    By default bos/eos/pad are distinct special tokens (ids 0, 1, 2); the bos is prepended
+    by the post-processor, as Llama tokenizers do. Training is deterministic for the same
+    texts. ``bos``/``eos``/``pad`` pick which special token plays each role (the ids stay
+    the same); ``pad=None`` leaves the tokenizer without a pad token. For example
+    ``bos=EOS, pad=None`` is GPT-2 style (bos == eos, and pad = eos once a loader applies
+    the no-pad rule), ``eos=EOT, pad=None`` is Llama-3-Instruct style (the eos ends every
+    chat turn).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -54,14 +60,13 @@ def tiny_tokenizer(texts: Iterable[str] = DEFAULT_TEXTS, vocab_size: int = 512, 
     )
     tok.train_from_iterator(list(texts), trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
     )
+    roles = {"bos_token": bos, "eos_token": eos, **({"pad_token": pad} if pad is not None else {})}
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        additional_special_tokens=[HEADER_START, HEADER_END, EOT],
+        **roles,
+        additional_special_tokens=[t for t in (HEADER_START, HEADER_END, EOT) if t not in roles.values()],
         clean_up_tokenization_spaces=False,
     )
     if chat_template:
