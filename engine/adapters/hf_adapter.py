@@ -25,6 +25,7 @@ from ..requests import (
     TokenStats, TokenStatsResult,
 )
 from .base import OutOfMemory
+from .generation_control import RowStops, SeededSampler
 
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
@@ -219,7 +220,7 @@ class HFAdapter:
         return out
 
     def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
-        """Batched generation, left padded, settings per sequence (see _RowStops, _SeededSampler).
+        """Batched generation, left padded, settings per sequence (see generation_control).
 
         Greedy is ``generate(ids, attention_mask=mask, do_sample=False, pad_token_id=eos)``
         as open-unlearning calls it (in reference mode ``mask = ids != pad``, and generate
@@ -237,8 +238,8 @@ class HFAdapter:
         settings = [r.settings for r in reqs]
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-        stops = _RowStops(self.tokenizer, ids.shape[1], settings, eos_ids)
-        procs = [_SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else []
+        stops = RowStops(self.tokenizer, ids.shape[1], settings, eos_ids)
+        procs = [SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else []
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max(s.max_new_tokens for s in settings),
@@ -354,69 +355,3 @@ def _is_oom(e: BaseException) -> bool:
 
     types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t)
     return isinstance(e, types) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
-
-
-class _RowStops:
-    """Stopping criterion, per sequence: its own max_new_tokens, an eos, or a stop string.
-
-    A sequence is done the first step its decoded new text (special tokens skipped)
-    contains one of its stop strings; generate() then pads it while the others go on,
-    and stops the batch when all are done. ``keep[i]`` = new tokens to return.
-    """
-
-    def __init__(self, tokenizer: Any, prompt_len: int, settings: list, eos_ids: set):
-        self.tokenizer, self.prompt_len, self.settings, self.eos_ids = tokenizer, prompt_len, settings, eos_ids
-        self.keep: list[int | None] = [None] * len(settings)
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        new = input_ids[:, self.prompt_len :].cpu()
-        step = new.shape[1]
-        for i, s in enumerate(self.settings):
-            if self.keep[i] is not None or step == 0:
-                continue
-            if int(new[i, -1]) in self.eos_ids or step >= s.max_new_tokens:
-                self.keep[i] = step
-            elif s.stop_strings:
-                text = self.tokenizer.decode(new[i].tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-                if any(x in text for x in s.stop_strings):
-                    self.keep[i] = step
-        return torch.tensor([k is not None for k in self.keep], device=input_ids.device)
-
-
-class _SeededSampler:
-    """Sampling as a logits processor, with one ``torch.Generator`` per sequence.
-
-    generate() runs greedily; for each sampling sequence this draws the next token from
-    its own generator (seeded with the request's seed) after temperature and top-p, and
-    leaves only that token finite, so the argmax takes it. Guarantee: a sampled result
-    depends only on its own request (prompt and settings), not on its batch neighbours
-    or their order, up to float differences between batch shapes. It is not the token
-    stream transformers' own ``do_sample=True`` would draw.
-    """
-
-    def __init__(self, settings: list, device: Any):
-        import torch
-
-        self.rows = []
-        for i, s in enumerate(settings):
-            if s.do_sample:
-                if s.temperature <= 0:
-                    raise ValueError("GenerationSettings: sampling needs temperature > 0")
-                self.rows.append((i, s, torch.Generator(device=device).manual_seed(int(s.seed))))
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
-        for i, s, gen in self.rows:
-            probs = torch.softmax(scores[i].float() / s.temperature, dim=-1)
-            if s.top_p < 1.0:
-                sp, order = probs.sort(descending=True)
-                sp[(sp.cumsum(0) - sp) >= s.top_p] = 0  # mass before this token already reaches top_p
-                probs = torch.zeros_like(probs).scatter(0, order, sp)
-            tok = torch.multinomial(probs, 1, generator=gen)
-            row = torch.full_like(scores[i], float("-inf"))
-            row[tok] = 0
-            scores[i] = row
-        return scores
