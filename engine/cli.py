@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # transformers prints a "Loading weights" bar per checkpoint; our own bar is --progress
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    # benchmark options are added once we know which benchmarks were named
-    known, _ = _parser().parse_known_args(argv)
-    benches = (known.benchmarks or ["toy"]) if known.cmd == "run" else (known.benchmarks if known.cmd == "graph" else [])
-    args = _parser(benches).parse_args(argv)
+    # benchmark options are added once we know which benchmarks were named, read from the
+    # words after the command (so `evaldag run tofu --help` lists TOFU's options too)
+    cmd, named = _command_words(argv)
+    benches = (named or ["toy"]) if cmd == "run" else (named if cmd == "graph" else [])
+    args = _parser([b for b in benches if b in BENCHMARKS]).parse_args(argv)
     if args.cmd == "run":
         return cmd_run(args)
     if args.cmd == "list":
@@ -98,6 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         return importlib.import_module("evaldag.benchmarks.demo.run").main(args)
     return cmd_cache(args)
+
+
+def _command_words(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The subcommand and the bare words right after it (benchmark names), before any option."""
+    if not argv or argv[0].startswith("-"):
+        return None, []
+    named = []
+    for w in argv[1:]:
+        if w.startswith("-"):
+            break
+        named.append(w)
+    return argv[0], named
 
 
 def cmd_run(args: argparse.Namespace) -> int:
