@@ -164,22 +164,31 @@ def _paired_items(correct: Mapping[str, Any], wrong: Mapping[str, Any], what: st
     return ck
 
 
+def _paired_block(correct: Mapping[str, Any], wrong: Mapping[str, Any], what: str, field: str, score: Callable[[Any, Any], float]) -> dict[str, Any]:
+    """``{row: {field: score(correct_item, wrong_item)}}`` over the rows both sides share."""
+    vbi: dict[str, Any] = {}
+    for k in _paired_items(correct, wrong, what):
+        c, w = correct[k], wrong[k]
+        if c is None or w is None:
+            vbi[k] = {field: None, "reason": "missing correct or wrong result"}
+        else:
+            vbi[k] = {field: score(c, w)}
+    return vbi
+
+
+def _normalised(c: Mapping[str, Any], w: Mapping[str, Any]) -> float:
+    pc = mean_over_options(c["prob"])
+    pw = float(np.sum(np.asarray(w["prob"], dtype=np.float64)))
+    return pc / (pc + pw + EPS)
+
+
 def normalised_probability_block(correct: Mapping[str, Any], wrong: Mapping[str, Any]) -> dict[str, Any]:
     """ra/wf_Q_A_Prob_normalised: ``p_c / (p_c + sum_j p_j + 1e-10)`` per item, then the mean.
 
     ``correct`` / ``wrong`` are the ``value_by_index`` of Q_A_Prob and Q_A_PERT_Prob.
     The wrong side is a *sum* over options (``memorization.py:68``).
     """
-    keys = _paired_items(correct, wrong, "normalised probability")
-    vbi: dict[str, Any] = {}
-    for k in keys:
-        c, w = correct[k], wrong[k]
-        if c is None or w is None:
-            vbi[k] = {"prob": None, "reason": "missing correct or wrong result"}
-            continue
-        pc = mean_over_options(c["prob"])
-        pw = float(np.sum(np.asarray(w["prob"], dtype=np.float64)))
-        vbi[k] = {"prob": pc / (pc + pw + EPS)}
+    vbi = _paired_block(correct, wrong, "normalised probability", "prob", _normalised)
     return with_reason({"agg_value": mean_of_field(vbi, "prob"), "value_by_index": vbi}, "prob", "normalised probability")
 
 
@@ -237,14 +246,7 @@ def truth_ratio_block(
     if aggregator not in TRUTH_RATIO_AGGREGATORS:
         raise ValueError(f"invalid truth ratio aggregator {aggregator!r}; use one of {sorted(TRUTH_RATIO_AGGREGATORS)}")
     kind = "prob_mean" if aggregator == "prob_mean" else "ratio"
-    keys = _paired_items(correct, wrong, "truth ratio")
-    vbi: dict[str, Any] = {}
-    for k in keys:
-        c, w = correct[k], wrong[k]
-        if c is None or w is None:
-            vbi[k] = {"score": None, "reason": "missing correct or wrong result"}
-            continue
-        vbi[k] = {"score": truth_ratio_score(c["avg_loss"], w["avg_loss"], kind)}
+    vbi = _paired_block(correct, wrong, "truth ratio", "score", lambda c, w: truth_ratio_score(c["avg_loss"], w["avg_loss"], kind))
     scores = [v["score"] for v in vbi.values() if v["score"] is not None]
     agg = TRUTH_RATIO_AGGREGATORS[aggregator](scores) if scores else float("nan")
     return with_reason({"agg_value": agg, "value_by_index": vbi}, "score", "truth ratio")
