@@ -75,24 +75,25 @@ def _score_block(scores: list[float | None], indices: Sequence[Any] | None, what
     return with_reason({"agg_value": mean_of_field(vbi, "score"), "value_by_index": vbi}, "score", what)
 
 
+def _per_item_block(score: Any, argmaxes: Sequence[Any], labels: Sequence[Any], indices: Sequence[Any] | None,
+                    what: str, options: dict) -> dict[str, Any]:
+    if len(argmaxes) != len(labels):
+        raise ValueError(f"{len(argmaxes)} argmax arrays for {len(labels)} label arrays")
+    return _score_block([score(a, lab, **options) for a, lab in zip(argmaxes, labels)], indices, what)
+
+
 def extraction_strength_block(
     argmaxes: Sequence[Any], labels: Sequence[Any], indices: Sequence[Any] | None = None, **options: bool
 ) -> dict[str, Any]:
     """Per-item extraction strength and their mean (``options`` as :func:`extraction_strength`)."""
-    if len(argmaxes) != len(labels):
-        raise ValueError(f"{len(argmaxes)} argmax arrays for {len(labels)} label arrays")
-    scores = [extraction_strength(a, lab, **options) for a, lab in zip(argmaxes, labels)]
-    return _score_block(scores, indices, "extraction strength")
+    return _per_item_block(extraction_strength, argmaxes, labels, indices, "extraction strength", options)
 
 
 def exact_memorization_block(
     argmaxes: Sequence[Any], labels: Sequence[Any], indices: Sequence[Any] | None = None, **options: bool
 ) -> dict[str, Any]:
     """Per-item exact memorization and the mean over items that have a score."""
-    if len(argmaxes) != len(labels):
-        raise ValueError(f"{len(argmaxes)} argmax arrays for {len(labels)} label arrays")
-    scores = [exact_memorization(a, lab, **options) for a, lab in zip(argmaxes, labels)]
-    return _score_block(scores, indices, "exact memorization")
+    return _per_item_block(exact_memorization, argmaxes, labels, indices, "exact memorization", options)
 
 
 # ------------------------------------------------------------------ graph nodes
