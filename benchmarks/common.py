@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..engine import Rows, Value
 from ..engine.adapters.base import PromptTemplate
 
 
@@ -78,10 +77,3 @@ def retain_logs_path(args: argparse.Namespace, bench: str) -> str | None:
         return str(Path(path) / f"{bench.upper()}_EVAL.json")
     return path
 
-
-def rows(loader: Any, source: str) -> Rows:
-    return Rows(loader, source=source)
-
-
-def logs_value(raw: dict, path: str) -> Value:
-    return Value(raw, kind="data")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ...engine import Rows, Value
 from .. import common
 from ..catalogue import parse_metrics
 from . import spec
@@ -58,7 +59,7 @@ def build(args: argparse.Namespace):
     cfg = _config(args)
     resources = common.model_resources(args)
     for name, (config, split) in SPLIT_RESOURCES.items():
-        resources[name] = common.rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
+        resources[name] = Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
     if logs:
-        resources["muse_retain_logs"] = common.logs_value(load_eval_logs(logs).raw, logs)
+        resources["muse_retain_logs"] = Value(load_eval_logs(logs).raw, kind="data")
     return spec.nodes(metrics, cfg), resources

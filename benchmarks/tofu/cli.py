@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ...engine import Rows, Value
 from .. import common
 from ..catalogue import parse_metrics
 from . import spec
@@ -45,9 +46,9 @@ def build(args: argparse.Namespace):
     cfg = _config(args)
     resources = common.model_resources(args)
     for role, subset in tofu_splits(args.forget_split, args.holdout_split).items():
-        resources[RESOURCE_OF_ROLE[role]] = common.rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
+        resources[RESOURCE_OF_ROLE[role]] = Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
     if logs:
-        resources["tofu_retain_logs"] = common.logs_value(load_eval_logs(logs).raw, logs)
+        resources["tofu_retain_logs"] = Value(load_eval_logs(logs).raw, kind="data")
     return spec.nodes(metrics, cfg), resources
 
 
