@@ -173,8 +173,3 @@ class ResourceSet:
 
     def model_fingerprints(self) -> dict[str, str]:
         return {k: r.fingerprint() for k, r in self.supplied.items() if r.kind == "model"}
-
-
-def short(fp: str) -> str:
-    return fp[:12]
-

@@ -46,7 +46,3 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
         print(f"FAILED {rec.name}:\n{rec.error}")
     if out is not None:
         print(f"wrote {out}/")
-
-
-def summary_line(name: str, value: Result | object) -> str:
-    return f"{name}: {fmt(value.agg_value if isinstance(value, Result) else value)}"
