@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..engine import Node
-from ..metrics.privacy import from_logs
+from ..metrics.unlearning.retain_logs import from_logs
 
 
 class Catalogue:

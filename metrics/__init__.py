@@ -7,7 +7,10 @@ Importing a submodule registers its metrics. ``register_builtin`` (the package's
 import importlib
 
 BUILTIN_MODULES: tuple[str, ...] = (
-    "scoring", "likelihood", "generation", "memorization", "privacy", "utility", "fairness.nodes", "fairness.hf_embeddings", "toy",
+    "unlearning.scoring", "unlearning.probability", "unlearning.truth_ratio", "unlearning.rouge",
+    "unlearning.memorization", "unlearning.mia", "unlearning.forget_quality", "unlearning.privleak",
+    "unlearning.utility", "unlearning.retain_logs",
+    "fairness.nodes", "fairness.hf_embeddings", "toy",
 )
 
 

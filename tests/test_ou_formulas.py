@@ -22,11 +22,15 @@ from scipy.stats import hmean, ks_2samp
 
 from evaldag.benchmarks.muse.data import fewshot_pairs, load_muse
 from evaldag.benchmarks.tofu.data import load_tofu
-from evaldag.metrics import generation as G
-from evaldag.metrics import likelihood as L
-from evaldag.metrics import memorization as M
-from evaldag.metrics import privacy as P
-from evaldag.metrics import utility as U
+from evaldag.metrics.unlearning import blocks as B
+from evaldag.metrics.unlearning import forget_quality as FQ
+from evaldag.metrics.unlearning import memorization as M
+from evaldag.metrics.unlearning import mia as P
+from evaldag.metrics.unlearning import privleak as PL
+from evaldag.metrics.unlearning import probability as L
+from evaldag.metrics.unlearning import rouge as G
+from evaldag.metrics.unlearning import truth_ratio as TR
+from evaldag.metrics.unlearning import utility as U
 
 FIX = Path(__file__).parent / "fixtures"
 OU = FIX / "open_unlearning"
@@ -62,17 +66,17 @@ def test_truth_ratio_uses_geometric_mean_of_wrong_options():
     wrong = {"0": {"avg_loss": [1.0, 3.0]}, "1": {"avg_loss": [0.5, 0.5]}}
     tr0 = math.exp(-2.0) / (math.exp(-0.5) + 1e-10)  # exp(-mean loss) = geometric mean of p
     tr1 = math.exp(-0.5) / (math.exp(-2.0) + 1e-10)
-    b = L.truth_ratio_block(correct, wrong, "closer_to_1_better")
+    b = TR.truth_ratio_block(correct, wrong, "closer_to_1_better")
     assert b["value_by_index"]["0"]["score"] == pytest.approx(tr0)
     assert b["agg_value"] == pytest.approx((tr0 + 1 / (tr1 + 1e-10)) / 2)
-    assert L.truth_ratio_block(correct, wrong, "true_better")["agg_value"] == pytest.approx((1 - tr0 + 0) / 2)
-    pm = L.truth_ratio_block(correct, wrong, "prob_mean")
+    assert TR.truth_ratio_block(correct, wrong, "true_better")["agg_value"] == pytest.approx((1 - tr0 + 0) / 2)
+    pm = TR.truth_ratio_block(correct, wrong, "prob_mean")
     pc, pw = math.exp(-0.5), math.exp(-2.0)
     assert pm["value_by_index"]["0"]["score"] == pytest.approx(pc / (pc + pw + 1e-10))
     with pytest.raises(ValueError, match="aggregator"):
-        L.truth_ratio_block(correct, wrong, "mean")
+        TR.truth_ratio_block(correct, wrong, "mean")
     with pytest.raises(ValueError, match="different rows"):
-        L.truth_ratio_block(correct, {"0": wrong["0"]})
+        TR.truth_ratio_block(correct, {"0": wrong["0"]})
 
 
 def test_normalised_probability_sums_wrong_options():
@@ -156,12 +160,12 @@ def test_mia_block_shape():
 
 def test_forget_quality_privleak_and_model_utility():
     a, b = [0.1, 0.5, 0.9, 1.2], [0.2, 0.3, 2.0]
-    assert P.forget_quality(a, b)["agg_value"] == ks_2samp(a, b).pvalue
-    none = P.forget_quality({"0": {"score": 0.1}})
+    assert FQ.forget_quality(a, b)["agg_value"] == ks_2samp(a, b).pvalue
+    none = FQ.forget_quality({"0": {"score": 0.1}})
     assert none["agg_value"] is None and "retain" in none["reason"]
-    assert P.privleak(0.8, 0.6)["agg_value"] == pytest.approx((0.2 - 0.4) / (0.4 + 1e-10) * 100)
-    assert P.privleak(0.42875)["agg_value"] == pytest.approx(14.25, abs=1e-6)  # r = 1 - 0.5
-    assert "0.5" in P.privleak(0.3)["reason"]
+    assert PL.privleak(0.8, 0.6)["agg_value"] == pytest.approx((0.2 - 0.4) / (0.4 + 1e-10) * 100)
+    assert PL.privleak(0.42875)["agg_value"] == pytest.approx(14.25, abs=1e-6)  # r = 1 - 0.5
+    assert "0.5" in PL.privleak(0.3)["reason"]
     vals = [0.5, 0.9, 0.3]
     assert U.harmonic_mean(vals)["agg_value"] == pytest.approx(hmean(vals))
     assert U.harmonic_mean([0.5, 0.0, 0.9])["agg_value"] == 0.0
@@ -194,15 +198,15 @@ def test_replay_tofu_aggregates_bit_for_bit(model):
     d = ou_logs(model, "TOFU")
     v = lambda name: d[name]["value_by_index"]  # noqa: E731
     got = {
-        "forget_truth_ratio": L.truth_ratio_block(v("forget_Q_A_PARA_Prob"), v("forget_Q_A_PERT_Prob"), "closer_to_1_better"),
-        "retain_Truth_Ratio": L.truth_ratio_block(v("retain_Q_A_PARA_Prob"), v("retain_Q_A_PERT_Prob"), "true_better"),
+        "forget_truth_ratio": TR.truth_ratio_block(v("forget_Q_A_PARA_Prob"), v("forget_Q_A_PERT_Prob"), "closer_to_1_better"),
+        "retain_Truth_Ratio": TR.truth_ratio_block(v("retain_Q_A_PARA_Prob"), v("retain_Q_A_PERT_Prob"), "true_better"),
     }
     for pre in ("ra", "wf"):
-        got[f"{pre}_Truth_Ratio"] = L.truth_ratio_block(v(f"{pre}_Q_A_Prob"), v(f"{pre}_Q_A_PERT_Prob"), "true_better")
+        got[f"{pre}_Truth_Ratio"] = TR.truth_ratio_block(v(f"{pre}_Q_A_Prob"), v(f"{pre}_Q_A_PERT_Prob"), "true_better")
         got[f"{pre}_Q_A_Prob_normalised"] = L.normalised_probability_block(v(f"{pre}_Q_A_Prob"), v(f"{pre}_Q_A_PERT_Prob"))
     for name in ("forget_Q_A_PERT_Prob", "extraction_strength", "exact_memorization"):
         field = "prob" if "Prob" in name else "score"
-        got[name] = {"agg_value": L.mean_of_field(v(name), field)}
+        got[name] = {"agg_value": B.mean_of_field(v(name), field)}
     got["model_utility"] = U.model_utility({p: d[p] for p in U.MODEL_UTILITY_PARTS})
     for name in [k for k in d if k.endswith("ROUGE")]:
         items = [
@@ -217,10 +221,10 @@ def test_replay_tofu_aggregates_bit_for_bit(model):
         got[name] = {"agg_value": P.auc(*scores)}
     retain = ou_logs("retain", "TOFU")
     if model == "target":
-        got["forget_quality"] = P.forget_quality(v("forget_truth_ratio"), retain["forget_truth_ratio"]["value_by_index"])
-        got["privleak"] = P.privleak(d["mia_min_k"]["agg_value"], retain["mia_min_k"]["agg_value"])
+        got["forget_quality"] = FQ.forget_quality(v("forget_truth_ratio"), retain["forget_truth_ratio"]["value_by_index"])
+        got["privleak"] = PL.privleak(d["mia_min_k"]["agg_value"], retain["mia_min_k"]["agg_value"])
     else:
-        got["privleak"] = P.privleak(d["mia_min_k"]["agg_value"])
+        got["privleak"] = PL.privleak(d["mia_min_k"]["agg_value"])
     for name, block in got.items():
         assert block["agg_value"] == pytest.approx(d[name]["agg_value"], rel=1e-12, abs=1e-15), name
         if name.endswith(("Truth_Ratio", "truth_ratio")):
@@ -370,7 +374,7 @@ def _tofu(ref, reference, data, retain_out=None):
             correct = r[f"{pre}_Q_A_Prob"]["value_by_index"]
             r[f"{pre}_Q_A_Prob_normalised"] = L.normalised_probability_block(correct, wrong)
         tr_name = "forget_truth_ratio" if pre == "forget" else f"{pre}_Truth_Ratio"
-        r[tr_name] = L.truth_ratio_block(correct, wrong, "closer_to_1_better" if pre == "forget" else "true_better")
+        r[tr_name] = TR.truth_ratio_block(correct, wrong, "closer_to_1_better" if pre == "forget" else "true_better")
         # one generation per question serves ROUGE, PARA_ROUGE and every PERT_ROUGE option
         gens = _generations(ref, [opts[0][1] for opts in enc["answer"]], 200, 32)
         labels = {key: [[f for f, _ in opts] for opts in e] for key, e in enc.items()}
@@ -384,8 +388,8 @@ def _tofu(ref, reference, data, retain_out=None):
     holdout = [ref.qa(row["question"], row["answer"]) for row in data["holdout"]]
     r.update(_mia_blocks(ref, reference, forget_seqs, [(f, len(p)) for f, p in holdout]))
     retain_tr = retain_out["forget_truth_ratio"]["value_by_index"] if retain_out else None
-    r["forget_quality"] = P.forget_quality(r["forget_truth_ratio"]["value_by_index"], retain_tr)
-    r["privleak"] = P.privleak(r["mia_min_k"]["agg_value"], retain_out["mia_min_k"]["agg_value"] if retain_out else None)
+    r["forget_quality"] = FQ.forget_quality(r["forget_truth_ratio"]["value_by_index"], retain_tr)
+    r["privleak"] = PL.privleak(r["mia_min_k"]["agg_value"], retain_out["mia_min_k"]["agg_value"] if retain_out else None)
     return r
 
 
@@ -404,7 +408,7 @@ def _muse(ref, reference, data, retain_out=None):
     sides = [[(f, len(p)) for f, p in (ref.completion("", row["text"]) for row in data[f"privleak_{s}"])]
              for s in ("forget", "holdout")]
     r.update(_mia_blocks(ref, reference, *sides))
-    r["privleak"] = P.privleak(r["mia_min_k"]["agg_value"], retain_out["mia_min_k"]["agg_value"] if retain_out else None)
+    r["privleak"] = PL.privleak(r["mia_min_k"]["agg_value"], retain_out["mia_min_k"]["agg_value"] if retain_out else None)
     return r
 
 

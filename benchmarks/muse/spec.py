@@ -19,18 +19,11 @@ from typing import Literal
 
 from ...engine import Node
 from ...engine.adapters.base import PromptTemplate
-from ...metrics.generation import MUSE_STOPWORDS, rouge
-from ...metrics.memorization import exact_memorization_node, extraction_strength_node
-from ...metrics.privacy import (
-    mia_gradnorm,
-    mia_loss,
-    mia_min_k,
-    mia_min_k_plus_plus,
-    mia_reference,
-    mia_zlib,
-    privleak_node,
-)
-from ...metrics.scoring import completion_generations, completion_stats, grad_norms, qa_generations
+from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
+from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
+from ...metrics.unlearning.privleak import privleak_node
+from ...metrics.unlearning.rouge import MUSE_STOPWORDS, rouge
+from ...metrics.unlearning.scoring import completion_generations, completion_stats, grad_norms, qa_generations
 from ..catalogue import Catalogue
 
 GROUP = "MUSE"

@@ -20,21 +20,15 @@ from typing import Literal
 
 from ...engine import Node
 from ...engine.adapters.base import PromptTemplate
-from ...metrics.generation import rouge
-from ...metrics.likelihood import probability, probability_normalised, truth_ratio
-from ...metrics.memorization import exact_memorization_node, extraction_strength_node
-from ...metrics.privacy import (
-    forget_quality_node,
-    mia_gradnorm,
-    mia_loss,
-    mia_min_k,
-    mia_min_k_plus_plus,
-    mia_reference,
-    mia_zlib,
-    privleak_node,
-)
-from ...metrics.scoring import grad_norms, qa_generations, qa_stats
-from ...metrics.utility import MODEL_UTILITY_PARTS, model_utility_node
+from ...metrics.unlearning.forget_quality import forget_quality_node
+from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
+from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
+from ...metrics.unlearning.privleak import privleak_node
+from ...metrics.unlearning.probability import probability, probability_normalised
+from ...metrics.unlearning.rouge import rouge
+from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
+from ...metrics.unlearning.truth_ratio import truth_ratio
+from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
 from ..catalogue import Catalogue
 
 GROUP = "TOFU"

@@ -4,7 +4,7 @@ Mirrors open-unlearning at commit d3d7cf9, ``src/evals/metrics/utility.py:13-16`
 (``hm_aggregate``: ``scipy.stats.hmean`` of the pre-computes' ``agg_value``) with the
 list in ``configs/eval/tofu_metrics/model_utility.yaml``. A harmonic mean is 0 as soon
 as one input is 0 (scipy returns 0 there); that is kept on purpose: utility collapses
-when any one ability does. Pure numpy/scipy.
+when any one ability does. The formula is pure numpy/scipy.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ...engine import Result, metric
 
 # The nine pre-computes, in the config's order.
 MODEL_UTILITY_PARTS = (
@@ -63,9 +64,7 @@ def model_utility(parts: Mapping[str, Any]) -> dict[str, Any]:
     return harmonic_mean({p: parts[p] for p in MODEL_UTILITY_PARTS})
 
 
-# ------------------------------------------------------------------ graph nodes
-
-from ..engine import Result, metric  # noqa: E402
+# ------------------------------------------------------------------ the metric
 
 
 @metric("model_utility", version="1")

@@ -1,4 +1,4 @@
-"""Privacy metrics: membership-inference scores and AUC, forget quality, privleak.
+"""Membership-inference attacks: per-sample scores and the AUC of forget vs holdout.
 
 Mirrors open-unlearning at commit d3d7cf9:
 
@@ -22,24 +22,24 @@ Mirrors open-unlearning at commit d3d7cf9:
     computed here as the Mann-Whitney U statistic with average ranks, which is what
     sklearn's trapezoidal ROC area equals, ties counted one half.
 
-* ``src/evals/metrics/privacy.py``: ``ks_test`` (forget quality) and ``privleak``.
-
 Scores are computed in float64; open-unlearning works in float32, so per-item scores
-agree to ~1e-6 relative. Pure numpy/scipy, no model, no file.
+agree to ~1e-6 relative. The formulas are pure numpy/scipy; the attack metrics below
+apply them to ``qa_stats`` (and ``grad_norms``) nodes on the forget and holdout rows.
 """
 
 from __future__ import annotations
 
-import math
 import zlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .likelihood import as_float_array, avg_loss, index_keys
+from ...engine import Params, Result, metric
+from .blocks import as_float_array, index_keys
+from .probability import avg_loss
+from .scoring import grad_norms, qa_stats, rows_of
 
 VAR_FLOOR = 1e-6  # min_k_plus_plus.py:32
-NO_RETAIN_FQ = "no retain-model truth ratios: forget quality needs --retain-logs or --retain-model (open-unlearning: retain_logs_path)"
 
 
 # ------------------------------------------------------------------ per-sample scores
@@ -170,64 +170,7 @@ def mia_block(
     }
 
 
-# ------------------------------------------------------------------ aggregates
-
-
-def _scores_of(x: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
-    """Scores from a ``value_by_index`` mapping (``{"<row>": {"score"}}``) or a list."""
-    if isinstance(x, Mapping):
-        x = [v["score"] for v in x.values()]
-    return np.asarray([np.nan if s is None else s for s in x], dtype=np.float64)
-
-
-def forget_quality(
-    model_truth_ratios: Mapping[str, Any] | Sequence[float],
-    retain_truth_ratios: Mapping[str, Any] | Sequence[float] | None = None,
-) -> dict[str, Any]:
-    """``ks_2samp(tr_model, tr_retain).pvalue`` on the raw per-item truth ratios.
-
-    ``privacy.py:6-32``: two-sided, scipy's default (exact for small samples) method,
-    all items including NaN ones (a NaN makes the p-value NaN). Without retain values
-    the value is None, as there, with a reason instead of only a log warning.
-    """
-    if retain_truth_ratios is None or len(retain_truth_ratios) == 0:
-        return {"agg_value": None, "reason": NO_RETAIN_FQ}
-    from scipy.stats import ks_2samp
-
-    p = float(ks_2samp(_scores_of(model_truth_ratios), _scores_of(retain_truth_ratios)).pvalue)
-    out: dict[str, Any] = {"agg_value": p}
-    if math.isnan(p):
-        out["reason"] = "a truth ratio is NaN (an item with no scored tokens)"
-    return out
-
-
-def privleak(auc_model: float, auc_retain: float | None = None, ref_value: float = 0.5) -> dict[str, Any]:
-    """``(s - r) / (r + 1e-10) * 100`` with ``s = 1 - AUC_model``, ``r = 1 - AUC_retain``.
-
-    ``privacy.py:35-52``: MUSE reports 1-AUC, so both sides are flipped and the
-    difference is *relative to the retain model's* 1-AUC. Without retain logs,
-    ``r = 1 - ref_value`` (0.5 in the configs) and a reason says so.
-    """
-    out: dict[str, Any] = {}
-    if auc_retain is None:
-        auc_retain = ref_value
-        out["reason"] = f"no retain-model AUC (no --retain-logs or --retain-model): compared with AUC {ref_value}"
-    s, r = 1.0 - float(auc_model), 1.0 - float(auc_retain)
-    return {"agg_value": (s - r) / (r + 1e-10) * 100.0, **out}
-
-
-def rel_diff(score: float, reference: float | None = None, ref_value: float = 0.5) -> dict[str, Any]:
-    """``privacy.py:55-66`` (registered, used by no config): privleak without the flips."""
-    ref = ref_value if reference is None else float(reference)
-    return {"agg_value": (float(score) - ref) / (ref + 1e-10) * 100.0}
-
-
-# ------------------------------------------------------------------ graph nodes
-
-from typing import Callable as _Callable  # noqa: E402
-
-from ..engine import Params, Result, metric  # noqa: E402
-from .scoring import grad_norms, qa_stats, rows_of  # noqa: E402
+# ------------------------------------------------------------------ the attacks
 
 _FORGET = qa_stats(field="answer")
 _HOLDOUT = qa_stats(field="answer", bind={"data": "holdout"})
@@ -237,7 +180,7 @@ class KParams(Params):
     k: float = 0.4  # open-unlearning's TOFU and MUSE configs (its class default is 0.2)
 
 
-def _attack(forget: dict, holdout: dict, score: _Callable) -> Result:
+def _attack(forget: dict, holdout: dict, score: Callable) -> Result:
     f = [score(opts[0]) for opts in rows_of(forget)]
     h = [score(opts[0]) for opts in rows_of(holdout)]
     return Result.from_dict(mia_block(f, h))
@@ -288,40 +231,3 @@ def mia_reference(forget: dict, holdout: dict, ref_forget: dict, ref_holdout: di
 def mia_gradnorm(forget, holdout) -> Result:
     """GradNorm attack: mean over parameters of each parameter's gradient norm (one backward each)."""
     return Result.from_dict(mia_block([mia_gradnorm_score(x) for x in forget], [mia_gradnorm_score(x) for x in holdout]))
-
-
-@metric("forget_quality", version="1", parents={"forget": "truth_ratio"})
-def forget_quality_node(forget: Result, retain: Result | None = None) -> Result:
-    """KS-test p-value between the model's and the retain model's per-item forget truth ratios.
-
-    ``retain`` is the same truth-ratio node on the retain model, or the value read from
-    retain logs; without it the value is None, with a reason.
-    """
-    retain_tr = retain.value_by_index if retain is not None and retain.value_by_index else None
-    out = forget_quality(forget.value_by_index, retain_tr)
-    if retain is not None and retain.reason and out.get("agg_value") is None:
-        out["reason"] = retain.reason
-    return Result.from_dict(out)
-
-
-class PrivleakParams(Params):
-    ref_value: float = 0.5  # used when no retain-model AUC is available
-
-
-@metric("privleak", version="1", params=PrivleakParams, parents={"forget": "mia_min_k"})
-def privleak_node(forget: Result, params: PrivleakParams, retain: Result | None = None) -> Result:
-    """Relative difference of 1-AUC (Min-K%) between the model and the retain model, in percent."""
-    auc_retain = retain.agg_value if retain is not None else None
-    return Result.from_dict(privleak(forget.agg_value, auc_retain, params.ref_value))
-
-
-class LogKey(Params):
-    key: str
-
-
-@metric("from_logs", version="1", params=LogKey, needs=("retain_logs",))
-def from_logs(retain_logs: dict, params: LogKey) -> Result:
-    """One metric's entry read from reference logs (an open-unlearning or evaldag EVAL.json)."""
-    if params.key not in retain_logs:
-        return Result(None, reason=f"the retain logs have no {params.key!r} entry")
-    return Result.from_dict(retain_logs[params.key])

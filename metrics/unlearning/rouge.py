@@ -1,4 +1,4 @@
-"""Generation metrics: ROUGE between a greedy generation and the ground truth.
+"""ROUGE between a greedy generation and the ground truth.
 
 Mirrors open-unlearning at commit d3d7cf9, ``src/evals/metrics/utils.py:251-330``
 (``eval_text_similarity``) and ``memorization.py:75-104`` (``rouge``):
@@ -15,7 +15,8 @@ Mirrors open-unlearning at commit d3d7cf9, ``src/evals/metrics/utils.py:251-330`
   ``rougeL_recall``, MUSE ``rougeL_f1``.
 
 The text cutting happens here and not in the generation request, so a cached
-generation serves every stopword set. Pure functions; ``rouge_score`` only.
+generation serves every stopword set. The pure functions need ``rouge_score`` only; ``rouge`` below applies them to a
+``qa_generations`` node.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from .likelihood import index_keys, mean_of_field, with_reason
+from ...engine import Params, Result, metric
+from ...engine.adapters.base import PromptTemplate
+from .blocks import index_keys, mean_of_field, with_reason
+from .scoring import qa_generations
 
 ROUGE_FIELDS = ("rouge1_recall", "rougeL_f1", "rougeL_recall")
 MUSE_STOPWORDS = ("\n\n", "\nQuestion", "Question:")  # configs/eval/muse_metrics/*knowmem_ROUGE.yaml
@@ -95,13 +99,7 @@ def rouge_block(
     return with_reason({"agg_value": mean_of_field(vbi, rouge_type), "value_by_index": vbi}, rouge_type, "ROUGE")
 
 
-# ------------------------------------------------------------------ graph nodes
-
-from typing import Any as _Any  # noqa: E402
-
-from ..engine import Params, Result, metric  # noqa: E402
-from ..engine.adapters.base import PromptTemplate  # noqa: E402
-from .scoring import qa_generations  # noqa: E402
+# ------------------------------------------------------------------ the metric
 
 
 class RougeParams(Params):
@@ -119,12 +117,12 @@ class RougeParams(Params):
     insert_space: bool = True
 
 
-def _decode(enc: _Any, ids: _Any) -> str:
+def _decode(enc: Any, ids: Any) -> str:
     return enc.decode([int(i) for i in ids], skip_special_tokens=True, clean_up_tokenization_spaces=True)
 
 
 @metric("rouge", version="1", params=RougeParams, parents={"gen": qa_generations()}, needs=("model", "data"))
-def rouge(gen: dict, model: _Any, data: list[dict], params: RougeParams) -> Result:
+def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Result:
     """ROUGE of each greedy generation against the row's ground truth (the tokenizer only).
 
     The ground truth is rebuilt exactly as open-unlearning does: the labels decoded,

@@ -19,7 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .likelihood import index_keys, mean_of_field, with_reason
+from ...engine import Params, Result, metric
+from .blocks import index_keys, mean_of_field, with_reason
+from .scoring import qa_stats, rows_of
 
 EMPTY_REASON = "no scored tokens once the last one is dropped"
 
@@ -96,10 +98,7 @@ def exact_memorization_block(
     return _per_item_block(exact_memorization, argmaxes, labels, indices, "exact memorization", options)
 
 
-# ------------------------------------------------------------------ graph nodes
-
-from ..engine import Params, Result, metric  # noqa: E402
-from .scoring import qa_stats, rows_of  # noqa: E402
+# ------------------------------------------------------------------ the metrics
 
 
 class MemorizationParams(Params):
