@@ -114,14 +114,11 @@ def _command_words(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import report
-    from .schedule import run
+    from .cache import Cache
     from .graph import GraphError
+    from .outputs import print_run, write
     from .resources import MissingResource
-    from .executor import Executor
-    from .request_cache import RequestCache
-    from .store import Store
-    from .terminal import print_run
+    from .run import run
 
     benches = args.benchmarks or ["toy"]
     nodes, resources = [], {}
@@ -130,15 +127,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             n, res = _bench_module(name).build(args)
             nodes += n
             resources.update(res)
-        store = Store(args.cache_dir)
-        executor = Executor(cache=RequestCache(store.root), progress=args.progress, batch_tokens=getattr(args, "batch_tokens", None))
-        result = run(nodes, resources, store=store, executor=executor, n_jobs=args.n_jobs, force=args.force)
+        result = run(nodes, resources, cache=Cache(args.cache_dir), progress=args.progress,
+                     batch_tokens=getattr(args, "batch_tokens", None), n_jobs=args.n_jobs, force=args.force)
     except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
         hints = [f"pass {flag}" for res, flag in RESOURCE_FLAGS.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {e}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
         return 2
     out = Path(args.out or "evaldag-out")
-    report.write(result, out, bench=benches[0])
+    write(result, out, bench=benches[0])
     for name in benches:  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
         hook = getattr(_bench_module(name), "write_outputs", None)
         if hook is not None:
@@ -168,11 +164,12 @@ def _duration(text: str) -> float:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .store import Store
+    from .cache import Cache
 
-    store = Store(args.cache_dir)
+    cache = Cache(args.cache_dir)
+    store = cache.nodes
     if args.action == "info":
-        print(json.dumps(store.info(), indent=2))
+        print(json.dumps(cache.info(), indent=2))
     elif args.action == "ls":
         for p in store.entries():
             entry = store.get(p.stem)
@@ -188,21 +185,21 @@ def cmd_cache(args: argparse.Namespace) -> int:
         entry = store.get(hits[0])
         print(json.dumps(entry.meta if entry else {}, indent=2, sort_keys=True))
     elif args.action == "verify":
-        bad = store.verify()
+        bad = cache.verify()
         for b in bad:
             print(f"corrupt: {b}")
         print(f"{len(list(store.entries()))} entries, {len(bad)} corrupt")
         return 1 if bad else 0
     elif args.action == "clear":
         if not args.yes and sys.stdin.isatty():
-            if input(f"delete {store.root}? [y/N] ").strip().lower() != "y":
+            if input(f"delete {cache.root}? [y/N] ").strip().lower() != "y":
                 return 1
-        store.clear()
-        print(f"cleared {store.root}")
+        cache.clear()
+        print(f"cleared {cache.root}")
     elif args.action == "prune":
         if not args.older_than:
             raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
-        n = store.prune(_duration(args.older_than))
+        n = cache.prune(_duration(args.older_than))
         print(f"pruned {n} entries")
     return 0
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from .adapters.base import OutOfMemory
 from .batching import Budget, default_budget, halve, pack, padded_tokens
-from .request_cache import RequestCache
+from .cache import RequestStore
 from .requests import Request
 
 _COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
@@ -85,7 +85,7 @@ class Executor:
     :class:`OutOfMemory`) to exercise the recovery paths.
     """
 
-    def __init__(self, cache: RequestCache | None = None, progress: bool = False,
+    def __init__(self, cache: RequestStore | None = None, progress: bool = False,
                  batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None):
         self.cache = cache
         self.progress = progress

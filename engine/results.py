@@ -1,17 +1,26 @@
-"""The value a metric returns: open-unlearning's ``{"agg_value", "value_by_index"}`` shape.
+"""What metrics return and what a run leaves behind.
 
-``Result`` is deliberately small. ``agg_value`` is the headline number (or None when the
-metric cannot be computed, e.g. forget quality without retain logs), ``value_by_index``
-the per-item values keyed by the item's row position as a string, ``extra`` any other
-top-level keys the reference format has (an MIA's ``forget``/``holdout``/``auc``), and
-``reason`` says why a value is NaN or None, so no NaN is ever silent.
+* :class:`Result`: the value a metric returns, open-unlearning's ``{"agg_value",
+  "value_by_index"}`` shape. ``agg_value`` is the headline number (or None when the
+  metric cannot be computed, e.g. forget quality without retain logs), ``value_by_index``
+  the per-item values keyed by the item's row position as a string, ``extra`` any other
+  top-level keys the reference format has (an MIA's ``forget``/``holdout``/``auc``), and
+  ``reason`` says why a value is NaN or None, so no NaN is ever silent.
+* :class:`NodeRecord`: how one vertex fared; :class:`RunResult`: per-node records,
+  values on demand (from the cache), executor statistics, provenance.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
+
+from .cache import Cache, codec
+from .graph import Graph, Vertex
+
+STATUSES = ("computed", "cached", "failed", "skipped")
 
 
 @dataclass
@@ -48,3 +57,138 @@ class Result:
     @classmethod
     def nan(cls, reason: str, **extra: Any) -> "Result":
         return cls(agg_value=float("nan"), reason=reason, extra=extra)
+
+codec.register("__result__", Result, Result.to_dict, Result.from_dict)
+
+
+@dataclass
+class NodeRecord:
+    """How one vertex fared: status, seconds, why it was (re)computed, the error if any.
+
+    ``reason`` is always a recompute reason (new, params, parent, data, model, version,
+    corrupt-entry; empty when cached), also for a node that then failed or was skipped;
+    ``error`` holds the traceback of a failure or the cause of a skip.
+    """
+
+    key: str
+    name: str
+    fingerprint: str
+    status: str
+    seconds: float = 0.0
+    reason: str = ""
+    error: str = ""
+
+    @classmethod
+    def cached(cls, v: Vertex) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "cached")
+
+    @classmethod
+    def computed(cls, v: Vertex, seconds: float, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "computed", seconds, reason)
+
+    @classmethod
+    def failed(cls, v: Vertex, seconds: float, error: str, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "failed", seconds, reason, error)
+
+    @classmethod
+    def skipped(cls, v: Vertex, why: str, reason: str) -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, "skipped", 0.0, reason, why)
+
+    @property
+    def problem(self) -> str:
+        """One line: why a node failed (the exception) or was skipped (which parent)."""
+        return self.error.strip().splitlines()[-1] if self.error.strip() else ""
+
+    @classmethod
+    def twin(cls, v: Vertex, head: "NodeRecord") -> "NodeRecord":
+        return cls(v.key, v.label, v.fingerprint, head.status, head.seconds, head.reason, head.error)
+
+    def to_json(self) -> dict:
+        out = {"fingerprint": self.fingerprint, "status": self.status, "seconds": round(self.seconds, 6), "reason": self.reason}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class RunResult:
+    graph: Graph
+    cache: Cache
+    records: dict[str, NodeRecord]
+    loaded: dict[str, Any] = field(default_factory=dict)
+    executor: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("computed", "cached") for r in self.records.values())
+
+    def value(self, name: str) -> Any:
+        """A node's value by display name (loaded from the store if it was cached)."""
+        v = self.graph.find(name)
+        if v.key not in self.loaded:
+            entry = self.cache.nodes.get(v.fingerprint)
+            if entry is None:
+                rec = self.records.get(v.key)
+                raise KeyError(f"{name}: no value ({rec.status if rec else 'not run'}: {rec.reason if rec else ''})")
+            self.loaded[v.key] = entry.value
+        return self.loaded[v.key]
+
+    __getitem__ = value
+
+    def record(self, name: str) -> NodeRecord:
+        return self.records[self.graph.find(name).key]
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.records.values() if r.status == status)
+
+    def failures(self) -> list[NodeRecord]:
+        return [r for r in self.records.values() if r.status == "failed"]
+
+    def results(self, group: str | None = None) -> dict[str, Any]:
+        """Display name -> value for every named node (of ``group``) that has a value."""
+        out = {}
+        for v in self.graph.order():
+            for g, n in v.names:
+                if group is not None and g != group:
+                    continue
+                rec = self.records.get(v.key)
+                if rec and rec.status in ("computed", "cached"):
+                    out[n] = self.value(f"{g}/{n}" if g else n)
+        return out
+
+    def summary(self, group: str | None = None) -> dict[str, Any]:
+        """Top-level requested metric -> agg_value; metrics without a value are left out.
+
+        open-unlearning's ``<BENCH>_SUMMARY.json`` omits a metric whose value is None
+        (forget quality without retain logs); so does this. run.json says why.
+        """
+        out = {}
+        for key in self.graph.roots:
+            v = self.graph.vertices[key]
+            for g, n in v.names[:1] or [(v.node.group, v.label)]:
+                if group is not None and g != group:
+                    continue
+                rec = self.records.get(key)
+                val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None
+                agg = val.agg_value if isinstance(val, Result) else val
+                if agg is not None:
+                    out[n] = agg
+        return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(resources: Any) -> dict:
+    """Versions (read from package metadata: importing torch would cost seconds) and models."""
+    out = {"evaldag": _version("evaldag"), "torch": _version("torch"), "transformers": _version("transformers")}
+    models = resources.model_fingerprints() if resources is not None else {}
+    out["model_fingerprint"] = models.get("model")
+    out["models"] = models
+    return out

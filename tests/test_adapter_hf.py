@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from evaldag.engine.adapters.base import OutOfMemory, PromptTemplate
-from evaldag.engine.adapters.hf import HFAdapter, HFModel, file_sha256
+from evaldag.engine.adapters.hf import HFAdapter, HFModel
+from evaldag.engine.cache import Cache, file_sha256
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats
 
@@ -276,20 +277,23 @@ def test_fingerprints_follow_content(tmp_path, cache_dir):
     a = save_tiny_model(tmp_path / "a", tokenizer=tokenizer(), seed=0)
     b = save_tiny_model(tmp_path / "b", tokenizer=tokenizer(), seed=0)
     c = save_tiny_model(tmp_path / "c", tokenizer=tokenizer(), seed=1)
-    fa = HFModel(a, dtype="fp32").fingerprint()
-    assert fa == HFModel(b, dtype="fp32").fingerprint()  # same bytes, other path
-    assert fa != HFModel(c, dtype="fp32").fingerprint()
-    assert fa != HFModel(a, dtype="bf16").fingerprint()
-    assert HFModel(a).fingerprint() == fa  # auto on a float32 checkpoint is fp32 everywhere
+    memo = Cache(cache_dir).filehash
+    with memo.active():  # as run() does: the running cache's memo
+        fa = HFModel(a, dtype="fp32").fingerprint()
+        assert fa == HFModel(b, dtype="fp32").fingerprint()  # same bytes, other path
+        assert fa != HFModel(c, dtype="fp32").fingerprint()
+        assert fa != HFModel(a, dtype="bf16").fingerprint()
+        assert HFModel(a).fingerprint() == fa  # auto on a float32 checkpoint is fp32 everywhere
     index = json.loads((cache_dir / "filehash.json").read_text())
     weights = str((a / "model.safetensors").resolve())
     assert index[weights]["sha256"] == file_sha256(weights, memo=False)
-    index[weights]["sha256"] = "0" * 64  # the memo is trusted while size and mtime match ...
+    index[weights]["sha256"] = "0" * 64  # the memo is trusted while the file's stat matches ...
     (cache_dir / "filehash.json").write_text(json.dumps(index))
-    assert file_sha256(weights) == "0" * 64
+    assert file_sha256(weights, memo) == "0" * 64
+    assert file_sha256(weights) != "0" * 64  # outside a run there is no memo: the file is read
     st = os.stat(weights)
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # ... and not once the file changes
-    assert file_sha256(weights) != "0" * 64
+    assert file_sha256(weights, memo) != "0" * 64
     mem = resource("llama").fingerprint()
     assert mem == resource("llama").fingerprint() != resource("llama", seed=1).fingerprint()
     with pytest.raises(FileNotFoundError):

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaldag.engine import Result, Store, metric, run
-from evaldag.engine.store import CorruptEntryWarning, pack, unpack
+from evaldag.engine import Cache, Result, metric, run
+from evaldag.engine.cache import CorruptEntryWarning
+from evaldag.engine.cache.codec import pack, unpack
 
 WORKER = Path(__file__).with_name("engine_graph_worker.py")
 
@@ -34,10 +35,10 @@ def test_entries_round_trip_without_loss(tmp_path):
 
 
 def test_store_refuses_what_it_cannot_hold_without_pickle(tmp_path):
-    from evaldag.engine.codec import EncodeError
+    from evaldag.engine.cache import EncodeError
 
     with pytest.raises(EncodeError, match="no pickle"):
-        Store(tmp_path).put("ab" * 32, {"f": object()}, {})
+        Cache(tmp_path).nodes.put("ab" * 32, {"f": object()}, {})
 
 
 @metric("s_val", version="1", register=False)
@@ -47,7 +48,7 @@ def s_val():
 
 def test_corrupt_entry_is_detected_recomputed_and_warned(tmp_path):
     first = run([s_val(name="v")], {}, cache_dir=tmp_path)
-    path = first.store.path(first.record("v").fingerprint)
+    path = first.cache.nodes.path(first.record("v").fingerprint)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF  # flip bits inside the payload
     path.write_bytes(bytes(data))
@@ -59,7 +60,7 @@ def test_corrupt_entry_is_detected_recomputed_and_warned(tmp_path):
     with pytest.warns(CorruptEntryWarning, match="unreadable"):
         third = run([s_val(name="v")], {}, cache_dir=tmp_path)
     assert third.record("v").status == "computed" and third["v"]["r"].agg_value == 3.5
-    assert Store(tmp_path).verify() == []
+    assert Cache(tmp_path).verify() == []
 
 
 def _log(markers):
@@ -92,11 +93,11 @@ def test_killed_run_resumes_without_recomputing_finished_nodes(tmp_path):
     assert resumed["computed"] == 7 - len(stored) and resumed["cached"] == len(stored)
     fresh = json.loads(subprocess.run(_worker(tmp_path / "fresh", markers, 0.0), capture_output=True, text=True, check=True).stdout)
     assert resumed["total"] == fresh["total"] == sum(range(6))
-    assert Store(cache).verify() == []
+    assert Cache(cache).verify() == []
 
 
 def _stored_nodes(cache):
-    store = Store(cache)
+    store = Cache(cache).nodes
     return {store.get(p.stem).meta["node"] for p in store.entries()}
 
 
@@ -111,4 +112,4 @@ def test_two_processes_share_one_cache(tmp_path):
     assert sorted(names) == sorted(set(names)), f"a node was computed twice: {names}"
     assert len(names) == 7
     assert outs[0]["computed"] + outs[1]["computed"] == 7
-    assert Store(cache).verify() == []
+    assert Cache(cache).verify() == []

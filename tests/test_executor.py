@@ -16,7 +16,7 @@ from evaldag.engine import batching
 from evaldag.engine.adapters.base import OutOfMemory, PromptTemplate
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.executor import Executor
-from evaldag.engine.request_cache import RequestCache
+from evaldag.engine.cache import RequestStore
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
 from .conftest_models import TINY_LLAMA, CountingModel, one_thread, resource, tofu_rows
@@ -95,11 +95,11 @@ def test_duplicates_are_forwarded_once_and_scattered_to_every_asker():
 
 def test_a_warm_rerun_forwards_nothing_and_never_loads_the_model(tmp_path):
     reqs = qa_requests(20)
-    cold = Executor(cache=RequestCache(tmp_path))
+    cold = Executor(cache=RequestStore(tmp_path))
     first = cold.serve([(resource("llama"), r) for r in reqs])
     assert cold.stats.summary()["sequences_forwarded"] == 20
     counting = CountingModel(resource("llama"))
-    warm = Executor(cache=RequestCache(tmp_path))
+    warm = Executor(cache=RequestStore(tmp_path))
     again = warm.serve([(counting, r) for r in reqs])
     s = warm.stats.summary()
     assert counting.load_calls == 0 and counting.encoder_calls == 0
@@ -107,7 +107,7 @@ def test_a_warm_rerun_forwards_nothing_and_never_loads_the_model(tmp_path):
     assert_same_stats(first, again, atol=0)
     # another model is another cache key: nothing is served from the first model's rows
     other = CountingModel(resource("llama", seed=1))
-    Executor(cache=RequestCache(tmp_path)).serve([(other, r) for r in reqs[:3]])
+    Executor(cache=RequestStore(tmp_path)).serve([(other, r) for r in reqs[:3]])
     assert other.load_calls == 1
 
 
@@ -115,11 +115,11 @@ WARM_RUN = textwrap.dedent("""
     import json, sys
     from evaldag.engine.adapters.hf import HFModel
     from evaldag.engine.executor import Executor
-    from evaldag.engine.request_cache import RequestCache
+    from evaldag.engine.cache import RequestStore
     from evaldag.engine.requests import TokenStats
 
     reqs = [TokenStats(tuple(c), tuple(x)) for c, x in json.loads(sys.argv[1])]
-    ex = Executor(cache=RequestCache(sys.argv[2]))
+    ex = Executor(cache=RequestStore(sys.argv[2]))
     out = ex.serve([(HFModel(sys.argv[3]), r) for r in reqs])
     assert ex.stats.summary()["cached"] == len(reqs), ex.stats.summary()
     print(json.dumps([float(o.logprob.sum()) for o in out]))
@@ -133,7 +133,7 @@ def test_a_warm_rerun_of_a_checkpoint_imports_neither_torch_nor_transformers(tmp
     enc = m.encoder()
     pairs = [enc.encode_qa(r["question"], r["answer"], PromptTemplate.plain()) for r in tofu_rows()[:3]]
     reqs = [TokenStats(e.context_ids, e.continuation_ids) for e in pairs]
-    cold = Executor(cache=RequestCache(tmp_path)).serve([(m, r) for r in reqs])
+    cold = Executor(cache=RequestStore(tmp_path)).serve([(m, r) for r in reqs])
     arg = json.dumps([[list(r.context_ids), list(r.continuation_ids)] for r in reqs])
     proc = subprocess.run([sys.executable, "-c", WARM_RUN, arg, str(tmp_path), str(path)],
                           capture_output=True, text=True, env=dict(os.environ), timeout=300)
@@ -181,11 +181,11 @@ def test_finished_batches_are_cached_before_a_later_batch_fails(tmp_path):
         if len(seen) == 2:
             raise KeyboardInterrupt  # the run is killed while the second batch is in flight
 
-    cache = RequestCache(tmp_path)
+    cache = RequestStore(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         Executor(cache=cache, batch_tokens=300, fault=fault).serve([(resource("llama"), r) for r in reqs])
     assert cache.count() == seen[0] > 0
-    rerun = Executor(cache=RequestCache(tmp_path), batch_tokens=300)
+    rerun = Executor(cache=RequestStore(tmp_path), batch_tokens=300)
     rerun.serve([(resource("llama"), r) for r in reqs])
     assert rerun.stats.summary()["sequences_forwarded"] == 12 - seen[0]
 

@@ -325,7 +325,7 @@ def test_shared_node_is_marked_everywhere():
 
 def enrich_run_json(result, folder: Path) -> None:
     """What docs/graphs-and-reports.md asks report.run_json to add: every name, params, inputs, version."""
-    from evaldag.engine.report import node_names
+    from evaldag.engine.outputs import node_names
 
     data = json.loads((folder / "run.json").read_text())
     for key, name in node_names(result).items():

@@ -14,13 +14,11 @@ import argparse
 import time
 from pathlib import Path
 
-from ...engine.executor import Executor
-from ...engine.report import write as write_files
-from ...engine.request_cache import RequestCache
+from ...engine.cache import Cache
+from ...engine.outputs import fmt
+from ...engine.outputs import write as write_files
 from ...engine.results import Result
-from ...engine.schedule import run
-from ...engine.store import Store
-from ...engine.terminal import fmt
+from ...engine.run import run
 from ..tofu import spec
 from ..tofu.cli import RESOURCE_OF_ROLE
 from ..tofu.data import load_subset, tofu_splits
@@ -55,12 +53,11 @@ def resources(name: str) -> dict:
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out = Path(args.out)
-    store = Store(args.cache_dir)
+    cache = Cache(args.cache_dir)
     cfg = spec.TofuConfig(retain="model")
     results, ok = {}, True
     for name in MODEL_NAMES:
-        executor = Executor(cache=RequestCache(store.root), progress=args.progress)
-        res = run(spec.nodes(METRICS, cfg), resources(name), store=store, executor=executor)
+        res = run(spec.nodes(METRICS, cfg), resources(name), cache=cache, progress=args.progress)
         write_files(res, out / name, bench="TOFU")
         results[name] = res
         ok = ok and res.ok

@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...engine import Node, Result
-from ...engine.report import jsonable
-from ...engine.run_result import RunResult
+from ...engine.outputs import jsonable
+from ...engine.results import RunResult
 from ...metrics.fairness.graph_build import METRICS, MetricSettings, Source, query_nodes
 from ...metrics.fairness.node_values import lookup_report, wefe_fields
 from ...metrics.fairness.queries import LookupOptions, WordSetQuery

@@ -20,15 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
-from ..store import _atomic_write, default_cache_dir
+from ..cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 
-__all__ = ["HFModel", "HFEncoder", "HFAdapter", "file_sha256"]
+__all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
@@ -41,60 +40,6 @@ OTHER_FILES = (
     "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
     "tokenizer.model", "spiece.model", "chat_template.jinja", "chat_template.json",
 )
-
-
-# --------------------------------------------------------------------------- file hashes
-
-
-def _index_path() -> Path:
-    return default_cache_dir() / "filehash.json"
-
-
-def file_sha256(path: str | os.PathLike, memo: bool = True) -> str:
-    """sha256 of a file, memoised on disk by (realpath, size, mtime_ns).
-
-    A 16 GB checkpoint is read once; later fingerprints cost a ``stat``. The index is a
-    small JSON file written atomically under a file lock; if it cannot be written the
-    hash is still returned (the memo is only an optimisation).
-    """
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    key = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    index_file = _index_path()
-    if memo:
-        index = _read_index(index_file)
-        rec = index.get(real)
-        if rec and rec.get("size") == key["size"] and rec.get("mtime_ns") == key["mtime_ns"]:
-            return rec["sha256"]
-    h = hashlib.sha256()
-    with open(real, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    if memo:
-        _remember(index_file, real, {**key, "sha256": digest})
-    return digest
-
-
-def _read_index(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _remember(path: Path, real: str, rec: dict) -> None:
-    from filelock import FileLock
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock", timeout=30):
-            index = _read_index(path)
-            index[real] = rec
-            _atomic_write(path, json.dumps(index, sort_keys=True).encode())
-    except Exception as e:  # noqa: BLE001 - a memo that cannot be written is not an error
-        warnings.warn(f"file-hash index {path} not updated: {e}", stacklevel=3)
 
 
 def _digest(*parts: str) -> str:

@@ -84,11 +84,11 @@ def plan_view(args: argparse.Namespace):
     store = None
     if args.cache_dir:
         from ..resources import ResourceSet
-        from ..store import Store
+        from ..cache import Cache
 
         try:
             graph.fingerprint(ResourceSet(resources))
-            store = Store(args.cache_dir)
+            store = Cache(args.cache_dir).nodes
         except Exception as e:  # a missing dataset must not stop a drawing
             print(f"evaldag: warning: cannot fingerprint resources ({e}); drawing the plan without cache status", file=sys.stderr)
     return from_graph(graph, store=store, show_resources=args.show_resources, title=f"evaldag plan: {', '.join(benches)}")

@@ -202,9 +202,9 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
     ``cached``; that needs fingerprints, i.e. ``graph.fingerprint(resources)`` first.
     """
     if store is not None and not hasattr(store, "has"):
-        from ..store import Store
+        from ..cache import Cache  # render is a leaf; the cache is only read when a folder is given
 
-        store = Store(store)
+        store = Cache(store).nodes
     order = graph.order()
     ids = {v.key: f"n{i}" for i, v in enumerate(order)}
     nodes, edges = [], []
@@ -275,7 +275,7 @@ def from_run_result(result: Any, *, show_resources: bool = False, title: str | N
             if v.key in result.loaded:
                 values[v.key] = result.loaded[v.key]
             else:
-                entry = result.store.get(v.fingerprint)
+                entry = result.cache.nodes.get(v.fingerprint)
                 values[v.key] = entry.value if entry is not None else None
     meta = {"executor": result.executor, "wall_seconds": result.wall_seconds, "provenance": result.provenance}
     return from_graph(result.graph, records=result.records, values=values, show_resources=show_resources,
@@ -359,7 +359,7 @@ def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float |
 def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None) -> View:
     """Anything drawable -> View: a View, a Graph, a RunResult, a run folder, or configured metrics."""
     from ..graph import Graph
-    from ..run_result import RunResult
+    from ..results import RunResult
 
     if isinstance(source, View):
         return source

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...engine.cache.filehash import file_sha256
 from .embeddings import as_word_vectors, load_embeddings
 from .word_vectors import WordVectors
 
@@ -62,8 +63,6 @@ class WordVectorsResource:
             if self.path is None:
                 self._fp = self.value().fingerprint()
             else:
-                from ...engine.adapters.hf import file_sha256  # torch-free; memoised on disk
-
                 h = hashlib.sha256()
                 for part in (_FILE_TAG, file_sha256(self.path), self.format or self._guessed_format()):
                     h.update(part.encode() + b"\0")

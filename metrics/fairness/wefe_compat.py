@@ -45,7 +45,7 @@ import numpy as np
 
 from ...engine import run
 from ...engine.results import Result
-from ...engine.run_result import NodeRecord, RunResult
+from ...engine.results import NodeRecord, RunResult
 from .embedding_resource import WordVectorsResource
 from .graph_build import MetricSettings, WeatOptions, query_nodes
 from .lookup import Query

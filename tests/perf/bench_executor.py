@@ -75,14 +75,14 @@ def naive(adapter, reqs, batch: int) -> dict:
 
 def planned(model, reqs, cache_dir: str) -> tuple[dict, dict]:
     from evaldag.engine.executor import Executor
-    from evaldag.engine.request_cache import RequestCache
+    from evaldag.engine.cache import RequestStore
 
-    ex = Executor(cache=RequestCache(cache_dir))
+    ex = Executor(cache=RequestStore(cache_dir))
     t0 = time.perf_counter()
     ex.serve([(model, r) for r in reqs])
     cold_s = time.perf_counter() - t0
     s = ex.stats.summary()
-    warm = Executor(cache=RequestCache(cache_dir))
+    warm = Executor(cache=RequestStore(cache_dir))
     t0 = time.perf_counter()
     warm.serve([(model, r) for r in reqs])
     warm_s = time.perf_counter() - t0

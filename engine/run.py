@@ -13,58 +13,68 @@ with that reason; everything else still runs and is stored.
 
 from __future__ import annotations
 
+import inspect
+import os
 import time
 import traceback
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
+from .cache import Cache
 from .executor import Executor
 from .graph import Graph, Vertex
-from .request_cache import RequestCache
 from .requests import Request
 from .resources import ResourceSet
-from .run_result import NodeRecord, RunResult, provenance
-from .store import Store
+from .results import NodeRecord, RunResult, provenance
 
 
 def run(
     nodes: Graph | Iterable[Any],
     resources: Mapping[str, Any] | ResourceSet | None = None,
     *,
-    cache_dir: str | None = None,
-    store: Store | None = None,
+    cache: Cache | str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
     executor: Executor | None = None,
     n_jobs: int = 1,
     progress: bool = False,
     force: bool = False,
+    batch_tokens: int | None = None,
 ) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
-    Returns a :class:`RunResult`; nothing raises for a failing metric (see its records),
-    but graph errors (unknown parent, cycle, missing resource) raise before any work.
+    ``cache`` is a :class:`Cache` or its folder (``cache_dir`` is the same, by its older
+    name); None: ``$EVALDAG_CACHE_DIR`` or the user cache dir. The executor is built on
+    ``cache.requests`` unless one is given. Returns a :class:`RunResult`; nothing raises
+    for a failing metric (see its records), but graph errors (unknown parent, cycle,
+    missing resource) raise before any work.
     """
     t0 = time.perf_counter()
+    if cache is not None and cache_dir is not None:
+        raise TypeError("run(): pass cache= or cache_dir=, not both")
+    cache = Cache.open(cache if cache is not None else cache_dir)
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
-    graph.fingerprint(rs)
-    store = store or Store(cache_dir)
-    executor = executor or Executor(cache=RequestCache(store.root), progress=progress)
-    runner = _Runner(graph, rs, store, executor, n_jobs, force)
-    runner.go()
+    with cache.filehash.active():  # model files are hashed through this cache's memo
+        graph.fingerprint(rs)
+        executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens)
+        runner = _Runner(graph, rs, cache, executor, n_jobs, force)
+        runner.go()
+        prov = provenance(rs)
     return RunResult(
         graph=graph,
-        store=store,
+        cache=cache,
         records=runner.records,
         loaded=runner.values,
         executor=executor.stats.summary(),
         wall_seconds=time.perf_counter() - t0,
-        provenance=provenance(rs),
+        provenance=prov,
     )
 
 
 class _Runner:
-    def __init__(self, graph: Graph, rs: ResourceSet, store: Store, executor: Executor, n_jobs: int, force: bool):
-        self.g, self.rs, self.store, self.ex = graph, rs, store, executor
+    def __init__(self, graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, n_jobs: int, force: bool):
+        self.g, self.rs, self.ex = graph, rs, executor
+        self.store, self.history = cache.nodes, cache.history
         self.n_jobs, self.force = n_jobs, force
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
@@ -152,8 +162,6 @@ class _Runner:
         kw = {k: self.value(pk) for k, pk in v.parent_keys.items()}
         for need, name in v.resources.items():
             kw[need] = self.rs.get(name, v.label).value()
-        import inspect
-
         if "params" in inspect.signature(v.metric.fn).parameters:
             kw["params"] = v.node.params
         return kw
@@ -162,7 +170,7 @@ class _Runner:
         reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds}
         self.store.put(v.fingerprint, value, meta)
-        self.store.remember_components(self.slots[v.key], v.components)
+        self.history.remember(self.slots[v.key], v.components)
         self.values[v.key] = value
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 
@@ -173,7 +181,7 @@ class _Runner:
     def reason(self, v: Vertex) -> str:
         if v.fingerprint in self.store.corrupt:
             return "corrupt-entry"
-        old = self.store.last_components(self.slots[v.key])
+        old = self.history.last(self.slots[v.key])
         new = v.components or {}
         if old is None:
             return "new"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .results import Result
-from .run_result import RunResult
+from ..results import Result, RunResult
 
 
 def fmt(x: object) -> str:

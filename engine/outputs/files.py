@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .results import Result
-from .run_result import RunResult
+from ..results import Result, RunResult
 
 
 def jsonable(x: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The request cache: results of model work keyed by (model fingerprint, request key).
+"""The request store: results of model work keyed by (model fingerprint, request key).
 
 One SQLite file (WAL mode) beside the node store. Each row holds one request's result
 packed exactly like a node entry (safetensors bytes with a checksummed JSON skeleton),
@@ -15,8 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
-from .requests import RESULT_TYPES
-from .store import CorruptEntry, CorruptEntryWarning, pack, unpack
+from ..requests import RESULT_TYPES
+from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS results (
 """
 
 
-class RequestCache:
+class RequestStore:
     """Per-model results of requests. Safe to share between processes on one machine."""
 
     def __init__(self, root: str | Path):

@@ -1,0 +1,81 @@
+"""The cache: one folder, one object. ``Cache(root)`` owns everything stored under it.
+
+::
+
+    <root>/objects/<ab>/<fp>.safetensors   node values          cache.nodes    (nodes.py)
+    <root>/locks/                          per-node file locks  cache.nodes
+    <root>/requests.sqlite                 model request results cache.requests (requests.py)
+    <root>/history/                        last components per node slot  cache.history (history.py)
+    <root>/filehash.json                   model-file hash memo cache.filehash (filehash.py)
+
+The codec (codec.py) is the one pickle-free format of node values and request results.
+``run()``, the CLI and the demo build a ``Cache`` the same way: ``Cache(dir)`` (``None``:
+``$EVALDAG_CACHE_DIR`` or the user cache dir), and ``run(..., cache=...)`` builds the
+executor on ``cache.requests`` itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .codec import CorruptEntry, CorruptEntryWarning, EncodeError
+from .filehash import FileHashMemo, file_sha256
+from .files import atomic_write, default_cache_dir
+from .history import History
+from .nodes import Entry, NodeStore
+from .requests import RequestStore
+
+__all__ = [
+    "Cache", "CorruptEntry", "CorruptEntryWarning", "EncodeError", "Entry", "FileHashMemo", "History",
+    "NodeStore", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+]
+
+
+class Cache:
+    """Every store under one root. ``rehash=True`` ignores the file-hash memo (``--rehash``)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, *, rehash: bool = False):
+        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.nodes = NodeStore(self.root)
+        self.requests = RequestStore(self.root)
+        self.history = History(self.root)
+        self.filehash = FileHashMemo(self.root, rehash=rehash)
+
+    @classmethod
+    def open(cls, cache: "Cache | str | os.PathLike | None" = None, **kw) -> "Cache":
+        """A Cache as given, or one built from a folder (None: the default folder)."""
+        return cache if isinstance(cache, Cache) else cls(cache, **kw)
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    def info(self) -> dict:
+        files = list(self.nodes.entries())
+        req = self.requests.path
+        return {
+            "root": str(self.root),
+            "nodes": len(files),
+            "node_bytes": sum(f.stat().st_size for f in files),
+            "requests": self.requests.count(),
+            "request_bytes": req.stat().st_size if req.exists() else 0,
+        }
+
+    def verify(self) -> list[str]:
+        """Paths of node entries that fail their checks (left in place)."""
+        return self.nodes.verify()
+
+    def prune(self, older_than_seconds: float) -> int:
+        """Delete node entries and request results not used for ``older_than_seconds``."""
+        cutoff = time.time() - older_than_seconds
+        n = self.nodes.prune(cutoff)
+        if self.requests.path.exists():
+            n += self.requests.prune(cutoff)
+        return n
+
+    def clear(self) -> None:
+        self.requests.close()
+        if self.root.exists():
+            shutil.rmtree(self.root)

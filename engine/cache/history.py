@@ -1,0 +1,36 @@
+"""Run history: the fingerprint components each node slot had last time (for recompute reasons).
+
+``history/<sha(name)>.json`` per slot (a display name, or a child's slot + access key).
+A missing, unreadable or malformed file reads as "no history" (the reason becomes ``new``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .files import atomic_write
+
+MAX_BYTES = 1 << 20  # a history file is a few KB; a larger one is damaged or hostile
+
+
+class History:
+    def __init__(self, root: Path):
+        self.dir = Path(root) / "history"
+
+    def path(self, name: str) -> Path:
+        return self.dir / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".json")
+
+    def last(self, name: str) -> dict | None:
+        p = self.path(name)
+        try:
+            if p.stat().st_size > MAX_BYTES:
+                return None
+            data = json.loads(p.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def remember(self, name: str, components: dict) -> None:
+        atomic_write(self.path(name), json.dumps(components, sort_keys=True).encode())

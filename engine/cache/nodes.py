@@ -1,0 +1,121 @@
+"""The node store: one content-addressed, checksummed, atomically written file per node.
+
+Layout under the cache root::
+
+    objects/<fp[:2]>/<fp>.safetensors   a node's value: arrays + JSON skeleton + metadata
+    locks/<fp[:2]>/<fp>.lock            held while a process computes that node
+
+Every entry is one safetensors file written to a temp file and renamed into place, so
+a reader sees a whole entry or none. Its ``__metadata__`` carries a sha256 over the
+skeleton, the metadata and every array; a mismatch or a truncated file is reported,
+the entry discarded and the node recomputed. Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
+
+from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
+from .files import atomic_write
+
+
+@dataclass
+class Entry:
+    fingerprint: str
+    value: Any
+    meta: dict
+
+
+class NodeStore:
+    """Content-addressed node store under ``root`` (created on first write)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.corrupt: list[str] = []  # fingerprints found corrupt during this process
+
+    # ------------------------------------------------------------------ paths
+    def path(self, fp: str) -> Path:
+        return self.root / "objects" / fp[:2] / f"{fp}.safetensors"
+
+    def lock(self, fp: str) -> FileLock:
+        p = self.root / "locks" / fp[:2] / f"{fp}.lock"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(p))
+
+    def try_lock(self, fp: str) -> FileLock | None:
+        """Take the node's lock without waiting; None if another process holds it."""
+        lk = self.lock(fp)
+        try:
+            lk.acquire(timeout=0)
+        except Timeout:
+            return None
+        return lk
+
+    # ------------------------------------------------------------------ entries
+    def has(self, fp: str) -> bool:
+        return self.path(fp).exists()
+
+    def get(self, fp: str) -> Entry | None:
+        """The entry, or None if absent. A corrupt entry is warned about and deleted."""
+        p = self.path(fp)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            value, meta = unpack(data, where=str(p))
+        except CorruptEntry as e:
+            warnings.warn(f"corrupt cache entry discarded, will recompute: {e}", CorruptEntryWarning, stacklevel=2)
+            self.corrupt.append(fp)
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+            return None
+        return Entry(fp, value, meta)
+
+    def put(self, fp: str, value: Any, meta: dict) -> None:
+        meta = {**meta, "fingerprint": fp, "written_at": time.time()}
+        atomic_write(self.path(fp), pack(value, meta))
+
+    def touch(self, fp: str) -> None:
+        try:
+            os.utime(self.path(fp))
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ maintenance
+    def entries(self) -> Iterator[Path]:
+        objects = self.root / "objects"
+        if objects.exists():
+            yield from sorted(objects.glob("*/*.safetensors"))
+
+    def verify(self) -> list[str]:
+        """Check every entry's checksum; returns the paths that failed (left in place)."""
+        bad = []
+        for p in self.entries():
+            try:
+                unpack(p.read_bytes(), where=str(p))
+            except CorruptEntry:
+                bad.append(str(p))
+        return bad
+
+    def find(self, prefix: str) -> list[str]:
+        return [p.stem for p in self.entries() if p.stem.startswith(prefix)]
+
+    def prune(self, cutoff: float) -> int:
+        """Delete entries not read or written since ``cutoff`` (a time.time() value)."""
+        n = 0
+        for p in self.entries():
+            st = p.stat()
+            if max(st.st_mtime, st.st_atime) < cutoff:
+                p.unlink()
+                n += 1
+        return n
