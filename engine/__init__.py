@@ -11,9 +11,13 @@ The public API (one page; see docs/writing-a-metric.md)::
     write_report                          <BENCH>_EVAL.json, _SUMMARY.json, run.json
 """
 
+from .adapters.hf import HFModel
 from .declare import REGISTRY, DeclarationError, Metric, MetricDef, Node, NoParams, Params, metric, provider
 from .graph import Graph, GraphError
-from .requests import Generate, GenerationSettings, GradNorm, HiddenStates, Request, TokenStats
+from .requests import (
+    Generate, GenerationSettings, GradNorm, HiddenStates, Request, TokenStats, TokenStatsResult, pack_token_stats,
+    unpack_token_stats,
+)
 from .resources import MissingResource, Rows, Value
 from .cache import Cache, default_cache_dir
 from .outputs import write as write_report
@@ -24,5 +28,5 @@ __all__ = [
     "REGISTRY", "DeclarationError", "Metric", "MetricDef", "Node", "NoParams", "Params", "metric", "provider",
     "Graph", "GraphError", "write_report", "Generate", "GenerationSettings", "GradNorm", "HiddenStates",
     "Request", "TokenStats", "MissingResource", "Rows", "Value", "Result", "RunResult", "run", "Cache",
-    "default_cache_dir",
+    "default_cache_dir", "HFModel", "TokenStatsResult", "pack_token_stats", "unpack_token_stats",
 ]

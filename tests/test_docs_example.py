@@ -1,22 +1,70 @@
 """The examples in the docs run, as written."""
 
+import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "writing-a-metric.md"
+from evaldag.engine import TokenStats
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "writing-a-metric.md"
 
 
-def test_worked_example_runs(tmp_path, capsys):
+def _section_blocks(text: str, heading: str) -> list[str]:
+    """The ```python blocks of one ``## heading`` section, in order."""
+    section = re.search(rf"## {re.escape(heading)}\n(.*?)(?=\n## |\Z)", text, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize("which", ["hf", "toy"])
+def test_worked_example_runs(tmp_path, capsys, monkeypatch, which):
+    """The page's worked example and its second-model example, on the tiny HF checkpoint and on the toy model."""
+    monkeypatch.chdir(ROOT)  # the page names the checkpoint relative to the repository
     text = DOC.read_text()
-    block = re.search(r"## A worked example\n\n```python\n(.*?)```", text, re.S).group(1)
+    hf_model, toy_model, example = _section_blocks(text, "A worked example")
+    (second,) = _section_blocks(text, "Asking a second model")
     ns = {"CACHE": str(tmp_path), "__name__": "doc_example"}
-    # the example registers metrics by name; give them fresh names so tests stay independent
-    exec(compile(block, str(DOC), "exec"), ns)
-    out = capsys.readouterr().out.split()
-    assert len(out) == 3 and all(float(x) > 0 for x in out)
+    for block in ({"hf": hf_model, "toy": toy_model}[which], example, second):
+        exec(compile(block, str(DOC), "exec"), ns)
+    model = ns["model"]
+    assert type(model).__name__ == {"hf": "HFModel", "toy": "ToyModel"}[which]
+    nll, min_k, nll_other = (float(x) for x in capsys.readouterr().out.split())
     assert ns["again"].count("cached") == 5
+    # the printed numbers are the token log-probs of the encoded answers, recomputed here
+    enc = model.encoder()
+    adapter = model.load()
+    rows = ns["rows"]
+
+    def logprobs(field):
+        reqs = [TokenStats(tuple(enc.encode(r["question"])), tuple(enc.encode(r[field], add_special_tokens=False))) for r in rows]
+        return [np.asarray(s.logprob, dtype=np.float64) for s in adapter.run_batch(reqs)]
+
+    answer, other = logprobs("answer"), logprobs("other")
+    assert nll == pytest.approx(np.mean([-lp.mean() for lp in answer]), rel=1e-5)
+    assert nll_other == pytest.approx(np.mean([-lp.mean() for lp in other]), rel=1e-5)
+    assert min_k == pytest.approx(np.mean([-np.sort(lp)[: max(1, int(len(lp) * 0.5))].mean() for lp in answer]), rel=1e-5)
+    assert nll != nll_other
+    # the retain model scored what the model generated: a different model, a finite number
+    assert ns["pair"].ok and np.isfinite(ns["pair"]["answer_under_retain"].agg_value)
+
+
+def test_encoders_agree_on_encode_decode():
+    """encode/decode, the Encoder protocol's plain text <-> ids pair, on both encoders."""
+    from evaldag.engine import HFModel
+    from evaldag.engine.adapters.base import Encoder
+    from evaldag.engine.adapters.toy import BOS, ToyEncoder
+
+    toy = ToyEncoder()
+    hf = HFModel(str(ROOT / "tests" / "fixtures" / "tiny-llama" / "target")).encoder()
+    for enc in (toy, hf):
+        assert isinstance(enc, Encoder)
+        bare = enc.encode("the sky is blue", add_special_tokens=False)
+        assert enc.decode(bare) == "the sky is blue"
+        assert enc.encode("the sky is blue") == [enc.tokenizer.bos_token_id if enc is hf else BOS] + bare
+    assert hf.encode("blue", add_special_tokens=False) == hf.tokenizer("blue", add_special_tokens=False)["input_ids"]
 
 
 def test_quick_start_python_example_runs(tmp_path, monkeypatch):
@@ -33,3 +81,28 @@ def test_quick_start_python_example_runs(tmp_path, monkeypatch):
     # the fixture target against the fixture retain model: open-unlearning's own forget quality
     assert ns["result"]["TOFU/forget_quality"].agg_value == pytest.approx(1.8880552265017844e-06, rel=1e-2)
     assert (tmp_path / "results" / "TOFU_SUMMARY.json").exists()
+
+
+def test_writing_a_benchmark_retain_recipe_runs(tmp_path, monkeypatch):
+    """docs/writing-a-benchmark.md §1-§3 on the fixture data and checkpoints: both sides land in the EVAL file."""
+    from evaldag.engine import write_report
+
+    fix = ROOT / "tests" / "fixtures"
+    text = (DOC.parent / "writing-a-benchmark.md").read_text()
+    blocks = [b for h in ("1. Name the nodes", "2. Bind the resources", "3. Reuse the retain side") for b in _section_blocks(text, h)]
+    code = "\n".join(blocks)
+    for placeholder, real in (("path/to/checkpoint", fix / "tiny-llama" / "target"), ("path/to/retain", fix / "tiny-llama" / "retain"),
+                              ("path/to/tofu", fix / "tofu_tiny")):
+        assert placeholder in code
+        code = code.replace(placeholder, str(real))
+    monkeypatch.setenv("EVALDAG_CACHE_DIR", str(tmp_path / "cache"))
+    ns: dict = {"__name__": "benchmark_doc"}
+    exec(compile(code, "writing-a-benchmark.md", "exec"), ns)
+    result = ns["result"]
+    assert result.ok
+    ours, retain = result["forget_TR"].agg_value, result["forget_TR@retain_model"].agg_value
+    assert np.isfinite(ours) and np.isfinite(retain) and ours != retain
+    write_report(result, tmp_path / "out")
+    evals = json.loads((tmp_path / "out" / "MYBENCH_EVAL.json").read_text())
+    assert {"forget_TR", "forget_TR@retain_model", "forget_PARA@retain_model", "forget_PERT@retain_model"} <= set(evals)
+    assert evals["forget_TR@retain_model"]["agg_value"] == retain

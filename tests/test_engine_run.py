@@ -146,7 +146,7 @@ class Field(Params):
 @metric("r_stats", version="1", params=Field, register=False, needs=("model", "data"))
 def r_stats(model, data, params):
     enc = model.encoder()
-    reqs = [TokenStats(tuple(enc.ids("Q:")), tuple(enc.ids(row[params.field]))) for row in data]
+    reqs = [TokenStats(tuple(enc.encode("Q:", add_special_tokens=False)), tuple(enc.encode(row[params.field], add_special_tokens=False))) for row in data]
     res = yield reqs
     return [r.to_arrays() for r in res]
 
@@ -205,8 +205,8 @@ def test_scorer_multiple_rounds(tmp_path):
     @metric("r_two_rounds", version="1", register=False, needs=("model",))
     def two_rounds(model):
         enc = model.encoder()
-        (gen,) = yield [Generate(tuple(enc.ids("Q: hi")), GenerationSettings(max_new_tokens=5))]
-        (stats,) = yield [TokenStats(tuple(enc.ids("Q: hi")), tuple(int(t) for t in gen.token_ids))]
+        (gen,) = yield [Generate(tuple(enc.encode("Q: hi", add_special_tokens=False)), GenerationSettings(max_new_tokens=5))]
+        (stats,) = yield [TokenStats(tuple(enc.encode("Q: hi", add_special_tokens=False)), tuple(int(t) for t in gen.token_ids))]
         return Result(float(stats.logprob.sum()), extra={"text": gen.text})
 
     res = run([two_rounds(name="t")], {"model": ToyModel()}, cache_dir=tmp_path)
@@ -214,6 +214,6 @@ def test_scorer_multiple_rounds(tmp_path):
     # the same two steps by hand, on the model directly
     adapter = ToyModel().load()
     enc = ToyModel().encoder()
-    (g,) = adapter.run_batch([Generate(tuple(enc.ids("Q: hi")), GenerationSettings(max_new_tokens=5))])
-    (s,) = adapter.run_batch([TokenStats(tuple(enc.ids("Q: hi")), tuple(int(t) for t in g.token_ids))])
+    (g,) = adapter.run_batch([Generate(tuple(enc.encode("Q: hi", add_special_tokens=False)), GenerationSettings(max_new_tokens=5))])
+    (s,) = adapter.run_batch([TokenStats(tuple(enc.encode("Q: hi", add_special_tokens=False)), tuple(int(t) for t in g.token_ids))])
     assert res["t"].extra["text"] == g.text and res["t"].agg_value == pytest.approx(float(s.logprob.sum()))

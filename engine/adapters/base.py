@@ -62,13 +62,22 @@ class Encoded(BaseModel):
 
 @runtime_checkable
 class Encoder(Protocol):
-    """Tokenizer side of a model. Cheap to load; never touches weights."""
+    """Tokenizer side of a model. Cheap to load; never touches weights.
+
+    ``encode``/``decode`` are the plain text <-> ids pair every encoder implements, with
+    the meaning transformers gives them: ``add_special_tokens=True`` adds what the
+    tokenizer adds around one text (a bos for Llama-style models), ``False`` gives the
+    bare ids of the text (use it for a continuation). ``encode_qa`` and
+    ``encode_completion`` build teacher-forced examples the way open-unlearning does.
+    """
 
     eos_token: str | None
     eos_token_id: int | None
     pad_token_id: int | None
 
     def fingerprint(self) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
     def encode_qa(
         self,

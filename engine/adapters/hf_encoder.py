@@ -55,6 +55,10 @@ class HFEncoder:
                                str(tok.chat_template), str(getattr(tok, "truncation_side", "")))
         return self._fp
 
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Text -> ids, as ``tokenizer(text, add_special_tokens=...)["input_ids"]``."""
+        return self._ids(text, None, special=add_special_tokens)
+
     def _ids(self, text: str, max_length: int | None, offsets: bool = False, special: bool = True) -> Any:
         kw: dict[str, Any] = {"add_special_tokens": special}
         if max_length is not None:

@@ -33,19 +33,23 @@ class ToyEncoder:
     def fingerprint(self) -> str:
         return hashlib.sha256(ALPHABET.encode()).hexdigest()
 
-    def ids(self, text: str) -> list[int]:
+    def _ids(self, text: str) -> list[int]:
         return [self.index.get(c, 2) for c in text]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Text -> ids; ``add_special_tokens`` puts the bos in front, as a Llama tokenizer does."""
+        return ([BOS] if add_special_tokens else []) + self._ids(text)
 
     def encode_qa(self, question: str, answer: str, template: PromptTemplate, fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512) -> Encoded:
         t = template
         prompt = "".join(f"{t.user_start_tag}{q}{t.user_end_tag}{t.asst_start_tag}{a}{t.asst_end_tag}" for q, a in fewshot)
         prompt += f"{t.user_start_tag}{question}{t.user_end_tag}{t.asst_start_tag}"
-        p = [BOS] + self.ids(prompt)
-        return Encoded(context_ids=tuple(p), continuation_ids=tuple(self.ids(answer) + [EOS]), prompt_ids=tuple(p))
+        p = [BOS] + self._ids(prompt)
+        return Encoded(context_ids=tuple(p), continuation_ids=tuple(self._ids(answer) + [EOS]), prompt_ids=tuple(p))
 
     def encode_completion(self, prefix: str, text: str, insert_space: bool = False, max_length: int = 2048) -> Encoded:
-        p = [BOS] + self.ids(prefix)
-        c = self.ids((" " if insert_space else "") + text)[:max_length]
+        p = [BOS] + self._ids(prefix)
+        c = self._ids((" " if insert_space else "") + text)[:max_length]
         return Encoded(context_ids=tuple(p), continuation_ids=tuple(c), prompt_ids=tuple(p))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, clean_up_tokenization_spaces: bool = False) -> str:

@@ -25,7 +25,7 @@ class I(Params):
 @metric("bench_stats", version="1", needs=("model", "data"), register=False)
 def stats(model, data):
     enc = model.encoder()
-    res = yield [TokenStats(tuple(enc.ids(r["q"])), tuple(enc.ids(r["a"]))) for r in data]
+    res = yield [TokenStats(tuple(enc.encode(r["q"], add_special_tokens=False)), tuple(enc.encode(r["a"], add_special_tokens=False))) for r in data]
     return pack_token_stats(res)
 
 
