@@ -35,8 +35,12 @@ class Catalogue:
             self.made[name] = self.recipes[name]().named(name, self.GROUP)
         return self.made[name]
 
-    def reference(self, name: str) -> dict[str, Node]:
-        """The retain model's value of ``name`` as an extra ``retain`` parent (or nothing)."""
+    def retain_side(self, name: str) -> dict[str, Node]:
+        """The retain side of ``name`` as an extra ``retain`` parent, or nothing.
+
+        The same node bound to ``retain_model``, or its value read from retain logs. (Not
+        ``reference_model``: that is the MIA attacks' reference, another resource.)
+        """
         if self.cfg.retain == "model":
             node = self[name]
             return {"retain": Node(node.metric, node.params, node.parents, {**node.bind, "model": "retain_model"})}

@@ -70,7 +70,7 @@ class _Catalogue(Catalogue):
                 for s in ("forget", "holdout")
             }
         )
-        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.reference("mia_min_k")})
+        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.retain_side("mia_min_k")})
 
     def _knowmem(self, side: str, icl: tuple[tuple[str, str], ...]) -> Node:
         c = self.cfg

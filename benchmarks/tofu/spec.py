@@ -103,8 +103,8 @@ class _Catalogue(Catalogue):
             }
         )
         r["mia_gradnorm"] = lambda: mia_gradnorm(parents={"forget": self._grad("forget"), "holdout": self._grad("holdout")})
-        r["forget_quality"] = lambda: forget_quality_node(parents={"forget": self["forget_truth_ratio"], **self.reference("forget_truth_ratio")})
-        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.reference("mia_min_k")})
+        r["forget_quality"] = lambda: forget_quality_node(parents={"forget": self["forget_truth_ratio"], **self.retain_side("forget_truth_ratio")})
+        r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.retain_side("mia_min_k")})
 
     def _truth_ratio(self, pre: str, correct: str, aggregator: str) -> Node:
         return truth_ratio(aggregator=aggregator, parents={"correct": self[correct], "wrong": self[f"{pre}_Q_A_PERT_Prob"]})
