@@ -177,13 +177,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(f"{p.stem[:16]}  {p.stat().st_size:>10d}  {meta.get('node', '?')}")
     elif args.action == "explain":
         if not args.fingerprint:
-            raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix)")
-        hits = store.find(args.fingerprint)
-        if len(hits) != 1:
-            print(f"evaldag: {len(hits)} entries match {args.fingerprint!r}", file=sys.stderr)
-            return 2
-        entry = store.get(hits[0])
-        print(json.dumps(entry.meta if entry else {}, indent=2, sort_keys=True))
+            raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
+        return _explain(store, args.fingerprint)
     elif args.action == "verify":
         bad = cache.verify()
         for b in bad:
@@ -201,6 +196,32 @@ def cmd_cache(args: argparse.Namespace) -> int:
             raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
         n = cache.prune(_duration(args.older_than))
         print(f"pruned {n} entries")
+    return 0
+
+
+def _explain(store, what: str) -> int:
+    """Print what a stored node is made of; ``what`` is a fingerprint prefix or a name as runs print it.
+
+    Names are matched against the name each entry was stored under: a display name
+    (``forget_truth_ratio``, ``TOFU/forget_truth_ratio``) or the id of an unnamed node
+    (``qa_stats[216cdb]``). A name stored by several runs (e.g. on several models) shows
+    the newest entry and lists the others.
+    """
+    hits = store.find(what) if re.fullmatch(r"[0-9a-f]+", what) else []
+    if len(hits) > 1:
+        print(f"evaldag: {len(hits)} entries match {what!r}", file=sys.stderr)
+        return 2
+    entries = [e for e in map(store.get, hits) if e is not None]
+    if not entries:
+        names = {what, what.split("/", 1)[-1]}  # the store keeps the name without its group
+        entries = [e for e in (store.get(p.stem) for p in store.entries()) if e is not None and e.meta.get("node") in names]
+        entries.sort(key=lambda e: e.meta.get("written_at", 0.0), reverse=True)
+    if not entries:
+        print(f"evaldag: no cache entry has the fingerprint or name {what!r}", file=sys.stderr)
+        return 2
+    for other in entries[1:]:
+        print(f"evaldag: also stored under {what!r}: {other.fingerprint} (older)", file=sys.stderr)
+    print(json.dumps(entries[0].meta, indent=2, sort_keys=True))
     return 0
 
 

@@ -115,7 +115,15 @@ class Node:
         return Node(self.metric, self.params, self.parents, self.bind, name, group or self.group)
 
     def with_bind(self, **bind: str) -> "Node":
-        return Node(self.metric, self.params, self.parents, {**self.bind, **bind}, self.name, self.group)
+        """The same node reading other resources; a named node's name says which (``name@retain_model``).
+
+        The qualified name keeps both sides apart when the node and its rebound copy are
+        in one graph, as the graph qualifies a named parent reached through a binding.
+        """
+        name = self.name
+        if name is not None:
+            name += "".join(f"@{outer}" for local, outer in sorted(bind.items()) if local != outer)
+        return Node(self.metric, self.params, self.parents, {**self.bind, **bind}, name, self.group)
 
     def __repr__(self) -> str:
         label = self.name or self.metric.name

@@ -56,6 +56,12 @@ class Vertex:
         return {need: self.bind.get(need, need) for need in self.metric.needs}
 
 
+def _describe(v: Vertex) -> str:
+    """metric(params) and, when it reads renamed resources, its binding: how two configurations differ."""
+    renamed = {local: outer for local, outer in sorted(v.bind.items()) if local != outer}
+    return f"{v.metric.name}({v.node.params.model_dump()}" + (f", bind={renamed}" if renamed else "") + ")"
+
+
 def _compose(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
     """The bind a parent sees: its own renames, looked up through its child's."""
     out = dict(inherited)
@@ -145,11 +151,10 @@ class Graph:
     def _name(self, v: Vertex, group: str | None, name: str) -> None:
         other = self._names.get((group, name))
         if other is not None and other != v.key:
-            a, b = self.vertices[other].node, v.node
             where = f"{group}/{name}" if group else name
             raise GraphError(
                 f"two different configurations under one display name {where!r}: "
-                f"{a.metric.name}({a.params.model_dump()}) vs {b.metric.name}({b.params.model_dump()})"
+                f"{_describe(self.vertices[other])} vs {_describe(v)}"
             )
         self._names[(group, name)] = v.key
         if (group, name) not in v.names:

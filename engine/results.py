@@ -21,6 +21,7 @@ from .cache import Cache, codec
 from .graph import Graph, Vertex
 
 STATUSES = ("computed", "cached", "failed", "skipped")
+ALL_GROUPS = "*"  # results()/summary() of every group; group=None selects the nodes without one
 
 
 @dataclass
@@ -146,19 +147,19 @@ class RunResult:
     def failures(self) -> list[NodeRecord]:
         return [r for r in self.records.values() if r.status == "failed"]
 
-    def results(self, group: str | None = None) -> dict[str, Any]:
-        """Display name -> value for every named node (of ``group``) that has a value."""
+    def results(self, group: str | None = ALL_GROUPS) -> dict[str, Any]:
+        """Display name -> value for every named node (of ``group``; None: ungrouped) that has a value."""
         out = {}
         for v in self.graph.order():
             for g, n in v.names:
-                if group is not None and g != group:
+                if group != ALL_GROUPS and g != group:
                     continue
                 rec = self.records.get(v.key)
                 if rec and rec.status in ("computed", "cached"):
                     out[n] = self.value(f"{g}/{n}" if g else n)
         return out
 
-    def summary(self, group: str | None = None) -> dict[str, Any]:
+    def summary(self, group: str | None = ALL_GROUPS) -> dict[str, Any]:
         """Top-level requested metric -> agg_value; metrics without a value are left out.
 
         open-unlearning's ``<BENCH>_SUMMARY.json`` omits a metric whose value is None
@@ -168,7 +169,7 @@ class RunResult:
         for key in self.graph.roots:
             v = self.graph.vertices[key]
             for g, n in v.names[:1] or [(v.node.group, v.label)]:
-                if group is not None and g != group:
+                if group != ALL_GROUPS and g != group:
                     continue
                 rec = self.records.get(key)
                 val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None

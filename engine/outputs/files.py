@@ -78,13 +78,20 @@ def run_json(result: RunResult) -> dict:
 
 
 def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None) -> list[Path]:
-    """Write the EVAL/SUMMARY pair per benchmark group, and run.json."""
+    """Write the EVAL/SUMMARY pair per benchmark group, and run.json.
+
+    Named nodes without a group (a user's own metric added to a benchmark's graph) get
+    their own pair, named after the run: ``<BENCH>_`` from ``bench``, or ``RUN_`` when
+    ``bench`` is not given or is already a group's name.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    groups = [g for g in result.graph.groups if g is not None] or [None]
+    grouped = [g for g in result.graph.groups if g is not None]
+    run_name = "RUN" if not bench or bench.upper() in {g.upper() for g in grouped} else bench.upper()
+    groups: list[str | None] = grouped + [None] if None in result.graph.groups or not grouped else grouped
     for g in groups:
-        name = (g or bench or "RUN").upper()
+        name = g.upper() if g else run_name
         evals = {n: v for n, v in result.results(g).items() if isinstance(v, Result)}
         _dump(out / f"{name}_EVAL.json", evals)
         _dump(out / f"{name}_SUMMARY.json", result.summary(g))
