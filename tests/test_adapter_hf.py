@@ -135,15 +135,17 @@ def test_stop_strings_are_honoured_during_batched_generation():
             assert stop not in tokenizer().decode(b.token_ids[:-1].tolist(), skip_special_tokens=True)
         else:  # finished sequences did not stop the others
             np.testing.assert_array_equal(b.token_ids, f.token_ids)
-    # when every sequence meets its stop string early, generation itself ends early
-    # (not just the returned ids): the batch ran exactly as many steps as the longest needed
+    # when a sequence meets its stop string, its row leaves the batch at once (not just
+    # the returned ids are cut): the work is the prefill's rectangle plus one token per
+    # row per step it was still running
     early = next(t for t in (" ", "e", "a") if all(t in tokenizer().decode(f.token_ids[:20].tolist()) for f in free))
     reqs = [Generate(p, GenerationSettings(max_new_tokens=24, stop_strings=("#", early))) for p in prompts(8)]
     batched = adapter.run_batch(reqs)
     _, padded = adapter.last_batch_tokens
     width = max(len(r.prompt_ids) for r in reqs)
     assert max(len(b.token_ids) for b in batched) <= 20
-    assert padded == len(reqs) * (width + max(len(b.token_ids) for b in batched))
+    assert len({len(b.token_ids) for b in batched}) > 1
+    assert padded == len(reqs) * width + sum(len(b.token_ids) for b in batched)
 
 
 def test_per_sequence_max_new_tokens_and_seeded_sampling():

@@ -2,8 +2,9 @@
 
 * TokenStats: one forward pass; per-token statistics computed a chunk of rows at a time
   from the final hidden states, so a ``[batch, len, vocab]`` float32 tensor never exists.
-* Generate: batched, left padded; per-sequence max_new_tokens, stop strings honoured
-  during generation, and seeded sampling that does not depend on batch neighbours.
+* Generate: hf_generation's continuous-batching decode loop (or ``generate``);
+  per-sequence max_new_tokens, stop strings honoured during generation, and seeded
+  sampling that does not depend on batch neighbours.
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
 * GradNorm: open-unlearning's per-sample gradient-norm attack.
 
@@ -25,7 +26,7 @@ from ..requests import (
     TokenStats, TokenStatsResult,
 )
 from .base import OutOfMemory
-from .generation_control import RowStops, SeededSampler
+from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
@@ -57,6 +58,9 @@ class HFAdapter:
         self.attention_mask = attention_mask
         self.last_batch_tokens = (0, 0)
         self._head: Any = None
+        self._lean: bool | None = None  # whether the lean decode loop serves this model
+        # Rows decoding at once; None: the whole batch the executor hands over.
+        self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         # The id open-unlearning's collator masks wherever it occurs. Without a pad token
@@ -220,41 +224,26 @@ class HFAdapter:
         return out
 
     def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
-        """Batched generation, left padded, settings per sequence (see generation_control).
+        """Generation with settings per sequence; see hf_generation for the two paths.
 
-        Greedy is ``generate(ids, attention_mask=mask, do_sample=False, pad_token_id=eos)``
-        as open-unlearning calls it (in reference mode ``mask = ids != pad``, and generate
-        derives the position ids from it), so the model's generation_config (eos ids,
-        repetition penalty) still applies.
-        Each result holds the new ids up to and including the eos or the token that
-        completed a stop string, and their text; the text is not cut at the stop string.
+        Greedy is what ``generate(ids, attention_mask=mask, do_sample=False,
+        pad_token_id=eos)`` gives, as open-unlearning calls it (in reference mode
+        ``mask = ids != pad``; position ids follow the mask), one row at a time or
+        batched. Each result holds the new ids up to and including the eos or the token
+        that completed a stop string, and their text; the text is not cut at the stop string.
         """
-        import numpy as np
-        import torch
-
         if any(not r.prompt_ids for r in reqs):
             raise ValueError("Generate needs at least one prompt token")
+        if self._lean is None:
+            self._lean = lean_loop_fits(self.model)
+        if self._lean:
+            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self.generate_slots or len(reqs))
+            results = loop.run(reqs)
+            self.last_batch_tokens = loop.tokens
+            return results
         ids, mask, _, _ = self._pad([r.prompt_ids for r in reqs], "left")
-        settings = [r.settings for r in reqs]
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-        stops = RowStops(self.tokenizer, ids.shape[1], settings, eos_ids)
-        procs = [SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else []
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max(s.max_new_tokens for s in settings),
-                do_sample=False, use_cache=True, pad_token_id=self.tokenizer.eos_token_id,
-                stopping_criteria=_list("StoppingCriteriaList", [stops]), logits_processor=_list("LogitsProcessorList", procs),
-            )
-        new = out[:, ids.shape[1] :].cpu().numpy()
-        results, kept = [], 0
-        for i in range(len(reqs)):
-            keep = stops.keep[i] if stops.keep[i] is not None else new.shape[1]
-            toks = new[i, :keep].astype(np.int32)
-            kept += len(toks)
-            results.append(GenerateResult(toks, self.tokenizer.decode(
-                toks.tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False)))
-        self.last_batch_tokens = (self.last_batch_tokens[0] + kept, len(reqs) * out.shape[1])
+        results, padded = hf_generate(self, reqs, ids, mask)
+        self.last_batch_tokens = (sum(len(r.prompt_ids) + len(x.token_ids) for r, x in zip(reqs, results)), padded)
         return results
 
     def _hidden_states(self, reqs: list[HiddenStates]) -> list[HiddenStatesResult]:
@@ -342,12 +331,6 @@ def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:
     mu = (p * logp).sum(-1)
     var = (p * (logp - mu[:, None]).square()).sum(-1)
     return logp.gather(1, target[:, None])[:, 0], logits.argmax(-1), mu, var
-
-
-def _list(name: str, items: list) -> Any:
-    import transformers
-
-    return getattr(transformers, name)(items)
 
 
 def _is_oom(e: BaseException) -> bool:
