@@ -136,7 +136,11 @@ class Executor:
         if (fp, kind) not in self._budgets:
             hint = adapter.budget_hint() if hasattr(adapter, "budget_hint") else None
             device = self.device or getattr(adapter, "device", "cpu")
-            self._budgets[(fp, kind)] = default_budget(device, self.batch_tokens, hint, _MAX_BATCH.get(kind))
+            budget = default_budget(device, self.batch_tokens, hint, _MAX_BATCH.get(kind))
+            # An adapter that schedules rows itself (continuous batching) may take larger
+            # groups and keep its own working set under the budget it is given here.
+            widen = getattr(adapter, "group_budget", None)
+            self._budgets[(fp, kind)] = widen(kind, budget) if widen else budget
         return self._budgets[(fp, kind)]
 
     def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:

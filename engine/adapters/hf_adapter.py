@@ -19,6 +19,7 @@ torch and transformers are imported inside functions: importing this module is c
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from ..requests import (
@@ -32,6 +33,8 @@ from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 STATS_CHUNK_ROWS = 256
 # "reference": open-unlearning's ``mask = input_ids != pad_token_id``; "padding": padding only.
 ATTENTION_MASKS = ("reference", "padding")
+# Executor batches of Generate requests handed to the decode loop at once (see group_budget).
+GENERATE_GROUP = 8
 
 
 class HFAdapter:
@@ -59,7 +62,8 @@ class HFAdapter:
         self.last_batch_tokens = (0, 0)
         self._head: Any = None
         self._lean: bool | None = None  # whether the lean decode loop serves this model
-        # Rows decoding at once; None: the whole batch the executor hands over.
+        self._generate_budget: Any = None  # the executor's budget, for the loop's rows
+        # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
@@ -84,6 +88,9 @@ class HFAdapter:
             if not _is_oom(e):
                 raise
             message = f"{type(e).__name__}: {str(e)[:200]}"
+        if kind == "generate" and self._generate_budget is not None:  # fewer rows at once from now on
+            b = self._generate_budget
+            self._generate_budget = dataclasses.replace(b, tokens=max(1, b.tokens // 2), max_batch=max(1, b.max_batch // 2))
         # Outside the except block the failed batch's frames (and tensors) are released.
         import torch
 
@@ -111,6 +118,31 @@ class HFAdapter:
         inter = get("intermediate_size", "n_inner") or 4 * hidden
         per_token = self.model.dtype.itemsize * (2 * layers * hidden + 2 * inter + 6 * hidden + get("vocab_size"))
         return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
+
+    def group_budget(self, kind: str, budget: Any) -> Any:
+        """The executor's batch budget for ``kind``. Generation by the decode loop takes
+        GENERATE_GROUP batches at once and keeps its active rows under ``budget``
+        itself, so a freed slot has a waiting prompt to take."""
+        if kind != "generate" or not self._lean_loop():
+            return budget
+        self._generate_budget = budget
+        return dataclasses.replace(budget, tokens=budget.tokens * GENERATE_GROUP,
+                                   max_batch=budget.max_batch * GENERATE_GROUP)
+
+    def _lean_loop(self) -> bool:
+        if self._lean is None:
+            self._lean = lean_loop_fits(self.model)
+        return self._lean
+
+    def _slots(self, reqs: list[Generate]) -> int:
+        """Rows decoding at once: ``generate_slots`` if set, else as many of the longest
+        request as the executor's budget holds, else the whole batch."""
+        if self.generate_slots:
+            return self.generate_slots
+        b = self._generate_budget
+        if b is None:
+            return len(reqs)
+        return max(1, min(b.max_batch, b.tokens // max(r.length() for r in reqs)))
 
     # -- batching helpers
     def _pad(self, seqs: list[tuple[int, ...]], side: str, reference: bool = True) -> tuple[Any, Any, Any, list[int]]:
@@ -234,10 +266,8 @@ class HFAdapter:
         """
         if any(not r.prompt_ids for r in reqs):
             raise ValueError("Generate needs at least one prompt token")
-        if self._lean is None:
-            self._lean = lean_loop_fits(self.model)
-        if self._lean:
-            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self.generate_slots or len(reqs))
+        if self._lean_loop():
+            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs))
             results = loop.run(reqs)
             self.last_batch_tokens = loop.tokens
             return results
