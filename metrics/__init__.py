@@ -10,7 +10,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "unlearning.scoring", "unlearning.probability", "unlearning.truth_ratio", "unlearning.rouge",
     "unlearning.memorization", "unlearning.mia", "unlearning.forget_quality", "unlearning.privleak",
     "unlearning.utility", "unlearning.retain_logs",
-    "fairness.nodes", "fairness.hf_embeddings", "toy", "editing",
+    "fairness", "toy", "editing",
 )
 
 

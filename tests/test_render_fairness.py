@@ -21,8 +21,8 @@ import pytest
 from evaldag.benchmarks.weat import spec
 from evaldag.engine import cli
 from evaldag.engine.render import fairness_html, report_html
-from evaldag.metrics.fairness.graph_build import METRICS
-from evaldag.metrics.fairness.queries import WordSetQuery
+from evaldag.metrics.fairness.query import Query
+from evaldag.metrics.fairness.registry import metric_names
 
 FIX = Path(__file__).parent / "fixtures"
 NPZ = FIX / "wefe" / "wefe_subset.npz"
@@ -94,7 +94,7 @@ def test_shipped_word_sets_are_caliskan_weat_1_to_10():
     shape = ["query_name", "template", "target_sets_names", "attribute_sets_names", "target_sets", "attribute_sets"]
     for qid, entry in raw.items():
         assert list(entry) == shape, qid
-        q = WordSetQuery.model_validate(entry)
+        q = Query.model_validate(entry)
         assert q.template == tuple(entry["template"]) == (2, 2) and q.query_name == entry["query_name"], qid
     for test_only in ("three_targets_pleasant", "oov_over_threshold", "oov_under_threshold", "rnsb_gender_bingliu",
                       "docs_gender_family_career"):
@@ -118,7 +118,7 @@ def test_standard_run_on_the_fixture_nan_only_where_words_are_missing(runs):
 
 # ---------------------------------------------------------------------- one run
 def test_fairness_metric_names_are_the_graphs():
-    assert fairness_html.FAIRNESS_METRICS == METRICS
+    assert fairness_html.FAIRNESS_METRICS == metric_names()
 
 
 def test_table_shows_the_eval_numbers(runs):

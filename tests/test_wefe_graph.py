@@ -8,6 +8,7 @@ engine does between them is exercised too.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -18,22 +19,20 @@ import pytest
 from evaldag.benchmarks.weat import spec
 from evaldag.engine import Graph, Result, cli, run
 from evaldag.metrics.fairness import Query, TemplateError, lookup_query
-from evaldag.metrics.fairness import nodes as fairness_nodes
-from evaldag.metrics.fairness.embedding_resource import WordVectorsResource
-from evaldag.metrics.fairness.embeddings import load_npz
-from evaldag.metrics.fairness.graph_build import (
-    MetricSettings,
-    WeatOptions,
-    query_nodes,
-    set_node,
-)
-from evaldag.metrics.fairness.hf_embeddings import HFSource
-from evaldag.metrics.fairness.node_values import lookup_from_value, wefe_fields
-from evaldag.metrics.fairness.nodes import PValueParams, RndParams, RnsbParams
-from evaldag.metrics.fairness.queries import LookupOptions, WordSetQuery
-from evaldag.metrics.fairness.word_vectors import WordVectors
+from evaldag.metrics.fairness.embeddings import WordVectorsResource, load_npz
+from evaldag.metrics.fairness.lookup import LookupOptions
+from evaldag.metrics.fairness.registry import MetricSettings, query_nodes, wefe_fields
+from evaldag.metrics.fairness.rnd import RndParams
+from evaldag.metrics.fairness.rnsb import RnsbParams
+from evaldag.metrics.fairness.vectors import WordVectors
+from evaldag.metrics.fairness.weat import WeatOptions
+from evaldag.metrics.fairness.weat_p_value import PValueParams
+from evaldag.metrics.fairness.word_sets import HFSource, lookup_from_value, set_node
 
 from .conftest_models import one_thread, resource, tokenizer
+
+# the module, not the package's ``weat`` function of the same name
+weat_module = importlib.import_module("evaldag.metrics.fairness.weat")
 
 FIX = Path(__file__).parent / "fixtures" / "wefe"
 NPZ = FIX / "wefe_subset.npz"
@@ -150,10 +149,10 @@ def test_graph_lookup_equals_the_phase1_lookup(vectors, tmp_path):
     """The query lookup node (composed from set nodes) is lookup_query on the full vocabulary."""
     opts = LookupOptions(preprocessors=[{}, {"lowercase": True}], lost_vocabulary_threshold=0.1)
     for qid in ("oov_over_threshold", "oov_under_threshold", "weat9_mental_physical"):
-        q = WordSetQuery.model_validate(WORD_SETS[qid])
+        q = Query.model_validate(WORD_SETS[qid])
         result = run(query_nodes(qid, q, ["MAC"], lookup=opts), {"embeddings": WordVectorsResource(vectors)}, cache_dir=tmp_path)
         ours = lookup_from_value(result[f"WEAT/{qid}/lookup"])
-        ref = lookup_query(vectors, q.to_query(), **opts.lookup_kwargs())
+        ref = lookup_query(vectors, q, **opts.lookup_kwargs())
         assert ours.reason == ref.reason
         for a, b in zip(ours.targets + ours.attributes, ref.targets + ref.attributes, strict=True):
             assert (a.name, a.found, a.missing, a.not_found, a.positions) == (b.name, b.found, b.missing, b.not_found, b.positions)
@@ -180,7 +179,7 @@ def test_shared_sets_cosines_and_s_vectors_are_one_vertex_and_run_once(vectors, 
     q1 = {"target_sets": names, "attribute_sets": attrs}
     q2 = {"target_sets": {"Male names": names["Male names"], "Flowers": flowers}, "attribute_sets": attrs}
     calls = {"s": 0, "cos": 0}
-    s_real, cos_real = fairness_nodes.s_from_cosines, fairness_nodes.cosine_matrix
+    s_real, cos_real = weat_module.s_from_cosines, weat_module.cosine_matrix
 
     def count(key, fn):
         def wrapped(*a, **k):
@@ -188,8 +187,8 @@ def test_shared_sets_cosines_and_s_vectors_are_one_vertex_and_run_once(vectors, 
             return fn(*a, **k)
         return wrapped
 
-    monkeypatch.setattr(fairness_nodes, "s_from_cosines", count("s", s_real))
-    monkeypatch.setattr(fairness_nodes, "cosine_matrix", count("cos", cos_real))
+    monkeypatch.setattr(weat_module, "s_from_cosines", count("s", s_real))
+    monkeypatch.setattr(weat_module, "cosine_matrix", count("cos", cos_real))
     graph_nodes = query_nodes("q1", q1, ["WEAT"]) + query_nodes("q2", q2, ["WEAT"])
     g = Graph(graph_nodes)
     kinds: dict[str, int] = {}

@@ -13,11 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from ...metrics.fairness.embedding_resource import WordVectorsResource
-from ...metrics.fairness.graph_build import METRICS, MetricSettings, WeatOptions
-from ...metrics.fairness.hf_embeddings import HFSource
-from ...metrics.fairness.nodes import PValueParams, RndParams, RnsbParams
-from ...metrics.fairness.queries import LookupOptions
+from ...metrics.fairness.embeddings import WordVectorsResource
+from ...metrics.fairness.lookup import LookupOptions
+from ...metrics.fairness.registry import MetricSettings, metric_names
+from ...metrics.fairness.rnd import RndParams
+from ...metrics.fairness.rnsb import RnsbParams
+from ...metrics.fairness.weat import WeatOptions
+from ...metrics.fairness.weat_p_value import PValueParams
+from ...metrics.fairness.word_sets import HFSource
 from .. import common
 from . import spec
 from .spec import write_outputs
@@ -55,12 +58,12 @@ def build(args: argparse.Namespace):
 def _metrics(args: argparse.Namespace) -> list[str] | None:
     if not args.metrics or args.metrics.strip().lower() in ("default", "all"):
         return None
-    canonical = {m.lower(): m for m in METRICS}
+    canonical = {m.lower(): m for m in metric_names()}
     names = [m.strip() for m in args.metrics.split(",") if m.strip()]
     unknown = [m for m in names if m.lower() not in canonical]
     alone = len(args.benchmarks or []) <= 1  # with several benchmarks, --metrics names theirs too
     if unknown and alone:
-        raise ValueError(f"unknown WEAT metric(s) {unknown}; known: {', '.join(METRICS)}")
+        raise ValueError(f"unknown WEAT metric(s) {unknown}; known: {', '.join(metric_names())}")
     chosen = [canonical[m.lower()] for m in names if m.lower() in canonical]
     return chosen or None
 

@@ -28,9 +28,10 @@ from pydantic import ValidationError
 from ...engine import Node, Result
 from ...engine.outputs import jsonable
 from ...engine.results import RunResult
-from ...metrics.fairness.graph_build import METRICS, MetricSettings, Source, query_nodes
-from ...metrics.fairness.node_values import lookup_report, wefe_fields
-from ...metrics.fairness.queries import LookupOptions, WordSetQuery
+from ...metrics.fairness.lookup import LookupOptions
+from ...metrics.fairness.query import Query
+from ...metrics.fairness.registry import MetricSettings, metric_names, query_nodes, wefe_fields
+from ...metrics.fairness.word_sets import Source, lookup_report
 
 GROUP = "WEAT"
 WORD_SETS = Path(__file__).with_name("word_sets.json")
@@ -60,7 +61,7 @@ class WeatConfig:
     source: Source = "embeddings"
 
 
-def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | None = None) -> dict[str, WordSetQuery]:
+def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | None = None) -> dict[str, Query]:
     """Query id -> query from a word-set JSON file (default: the standard package queries).
 
     A malformed entry is an error naming the file and the query id.
@@ -81,7 +82,7 @@ def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | Non
     out = {}
     for qid in wanted:
         try:
-            out[qid] = WordSetQuery.model_validate(raw[qid])
+            out[qid] = Query.model_validate(raw[qid])
         except ValidationError as e:
             raise ValueError(f"{src}: query {qid!r}: {_short(e)}") from None
         except TypeError as e:
@@ -97,7 +98,7 @@ def _short(e: ValidationError) -> str:
     )
 
 
-def nodes(queries: dict[str, WordSetQuery], metrics: Sequence[str] | None = None,
+def nodes(queries: dict[str, Query], metrics: Sequence[str] | None = None,
           cfg: WeatConfig | None = None, group: str = GROUP) -> list[Node]:
     """Every query's metric nodes; a template error is raised here, before anything runs."""
     cfg = cfg or WeatConfig()
@@ -122,8 +123,9 @@ def _named(result: RunResult, group: str) -> list[tuple[str, str, str]]:
 def eval_json(result: RunResult, group: str = GROUP) -> dict[str, dict[str, Any]]:
     """``{query_id: {METRIC: fields}}``; a metric that failed says so instead of a value."""
     out: dict[str, dict[str, Any]] = {}
+    names = metric_names()
     for key, qid, part in _named(result, group):
-        if part not in METRICS:
+        if part not in names:
             continue
         rec = result.records[key]
         if rec.status in ("computed", "cached"):

@@ -1,21 +1,38 @@
 """Word-embedding fairness metrics with WEFE 1.0.1's numbers (WEAT, RND, RNSB, MAC, ECT, RIPA).
 
-Pure numpy/scipy functions that the graph nodes call: ``embeddings`` loads vectors,
-``lookup`` maps a query's words to vectors (WEFE's preprocessing and lost-vocabulary
-rule), and each metric takes the resulting ``QueryLookup``. ``docs/fairness-notes.md``
-lists the WEFE quirks kept for fidelity.
+One module per metric holds its formula (a pure function of a ``QueryLookup``), its
+graph node(s) and its builder, registered by name in ``registry``. Shared pieces:
+``vectors`` (``WordVectors``), ``embeddings`` (loading them, the ``embeddings``
+resource), ``query`` (``Query``), ``lookup`` (WEFE's word -> vector lookup),
+``word_sets`` (the set and lookup nodes), ``cosine`` (WEFE's cosine recipes),
+``logistic`` (liblinear's solver, for RNSB) and ``wefe_compat`` (WEFE's API on top).
+``docs/fairness-notes.md`` lists the WEFE quirks kept for fidelity.
+
+Importing the package imports every module in it, so a metric module registers itself
+just by being here: adding a metric is one file (and its test), see docs/fairness.md.
 """
 
+import importlib
+import pkgutil
+
+from .ect import ect
 from .embeddings import as_word_vectors, load_embeddings
-from .lookup import Query, QueryLookup, lookup_query
+from .lookup import LookupOptions, QueryLookup, lookup_query
+from .mac import mac
+from .query import Query
+from .registry import MetricSettings, TemplateError, check_template, metric_names, query_nodes
+from .ripa import RipaPairingError, ripa
+from .rnd import rnd
 from .rnsb import rnsb
-from .vector_metrics import RipaPairingError, ect, mac, ripa, rnd
+from .vectors import WordVectors
 from .weat import weat
-from .wefe_math import TEMPLATES, TemplateError, check_template
-from .word_vectors import WordVectors
+
+for _module in pkgutil.iter_modules(__path__):  # the rest: a new metric's module registers on import
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "TEMPLATES",
+    "LookupOptions",
+    "MetricSettings",
     "Query",
     "QueryLookup",
     "RipaPairingError",
@@ -27,6 +44,8 @@ __all__ = [
     "load_embeddings",
     "lookup_query",
     "mac",
+    "metric_names",
+    "query_nodes",
     "ripa",
     "rnd",
     "rnsb",

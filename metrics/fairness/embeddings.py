@@ -1,4 +1,4 @@
-"""Loading word embeddings into a ``WordVectors`` (see ``word_vectors.py``).
+"""Loading word embeddings into a ``WordVectors`` (see ``vectors.py``), and the resource.
 
 Loaders cover the formats users have on disk (``.npz`` with ``words``/``vectors``,
 word2vec/GloVe text with or without the header line, word2vec binary, any of them
@@ -8,11 +8,23 @@ KeyedVectors is recognised by its attributes, so the package works without it.
 
 Malformed input raises ``EmbeddingFormatError`` naming the file and the line (or,
 for binary files, the entry number and byte offset).
+
+``WordVectorsResource`` is what a run binds as ``embeddings``. The engine fingerprints
+every resource before it decides what to run, so a warm rerun must be able to say
+"same embeddings" without reading them. For a file that is a hash of its bytes,
+memoised by (path, size, mtime) with the engine's own file-hash index: a 3.6 GB
+GoogleNews binary is read once, and every later run pays a ``stat``. For an object in
+memory (a ``WordVectors``, a dict, a gensim ``KeyedVectors``) it is the strict content
+fingerprint of ``WordVectors``. Either way one changed bit gives a new fingerprint, so
+no cached value outlives the vectors it came from. The same vectors as a file and as
+an object fingerprint differently (a file's bytes are not its parsed matrix); they
+then share nothing in the cache, but are never confused.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 from collections.abc import Mapping
@@ -21,11 +33,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .word_vectors import EmbeddingFormatError, WordVectors
+from ...engine.cache.filehash import file_sha256
+from .vectors import EmbeddingFormatError, WordVectors
 
 __all__ = [
     "EmbeddingFormatError",
     "WordVectors",
+    "WordVectorsResource",
     "as_word_vectors",
     "from_dict",
     "from_keyed_vectors",
@@ -99,15 +113,7 @@ def load_embeddings(path: str | os.PathLike, *, format: str | None = None) -> Wo
     anything else -> text.
     """
     p = Path(path)
-    if format is None:
-        name = p.name.lower()
-        stem = name[:-3] if name.endswith(".gz") else name
-        if stem.endswith(".npz"):
-            format = "npz"
-        elif stem.endswith(".bin"):
-            format = "binary"
-        else:
-            format = "text"
+    format = format or guess_format(p)
     if format == "npz":
         return load_npz(p)
     if format == "text":
@@ -115,6 +121,13 @@ def load_embeddings(path: str | os.PathLike, *, format: str | None = None) -> Wo
     if format == "binary":
         return load_word2vec_binary(p)
     raise ValueError(f"unknown embedding format {format!r} for {p} (npz, text or binary)")
+
+
+def guess_format(path: str | os.PathLike) -> str:
+    """The reader ``load_embeddings`` picks from a file name: npz, binary or text."""
+    name = Path(path).name.lower()
+    stem = name[:-3] if name.endswith(".gz") else name
+    return "npz" if stem.endswith(".npz") else "binary" if stem.endswith(".bin") else "text"
 
 
 def load_npz(path: str | os.PathLike) -> WordVectors:
@@ -278,3 +291,57 @@ def load_word2vec_binary(path: str | os.PathLike) -> WordVectors:
 def save_npz(vectors: WordVectors, path: str | os.PathLike) -> None:
     """Write the ``.npz`` layout ``load_npz`` reads (no pickle)."""
     np.savez(Path(path), words=np.array(vectors.words, dtype=str), vectors=vectors.matrix)
+
+
+# -- the resource ----------------------------------------------------------------------------
+_FILE_TAG = "evaldag.WordVectorsFile.v1"
+
+
+class WordVectorsResource:
+    """Bind as ``embeddings``: ``run(nodes, {"embeddings": WordVectorsResource(path)})``.
+
+    ``source`` is a path (``.npz``, word2vec text / GloVe, word2vec binary, gzipped or
+    not; ``format`` overrides the guess from the name) or anything ``as_word_vectors``
+    takes. Plain objects can be bound directly too: the WEAT benchmark wraps them.
+    """
+
+    kind = "data"  # a changed file is reported as a data change by run.json
+
+    def __init__(self, source: Any, *, format: str | None = None):
+        if isinstance(source, WordVectorsResource):
+            source, format = source.source, source.format
+        self.source = source
+        self.format = format
+        self.path: Path | None = Path(source) if isinstance(source, (str, os.PathLike)) else None
+        if self.path is not None and not self.path.is_file():
+            raise FileNotFoundError(f"word embeddings file not found: {self.path}")
+        self._vectors: WordVectors | None = None
+        self._fp: str | None = None
+
+    def value(self) -> WordVectors:
+        if self._vectors is None:
+            if self.path is not None:
+                self._vectors = load_embeddings(self.path, format=self.format)
+            else:
+                self._vectors = as_word_vectors(self.source)
+        return self._vectors
+
+    def fingerprint(self) -> str:
+        if self._fp is None:
+            if self.path is None:
+                self._fp = self.value().fingerprint()
+            else:
+                h = hashlib.sha256()
+                for part in (_FILE_TAG, file_sha256(self.path), self.format or guess_format(self.path)):
+                    h.update(part.encode() + b"\0")
+                self._fp = h.hexdigest()
+        return self._fp
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": str(self.path) if self.path else type(self.source).__name__}
+        if self._vectors is not None:
+            out.update(words=len(self._vectors), dim=self._vectors.dim)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<WordVectorsResource {self.describe()['source']}>"

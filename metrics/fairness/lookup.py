@@ -1,7 +1,6 @@
 """Queries and the WEFE-compatible word -> vector lookup.
 
-A ``Query`` is WEFE's: target sets, attribute sets, their names and a derived
-``query_name`` ("T1 and T2 wrt A1 and A2"). ``lookup_query`` maps it onto a
+``lookup_query`` maps a :class:`~.query.Query` onto a
 ``WordVectors`` exactly as ``wefe.preprocessing.get_embeddings_from_query`` does in
 WEFE 1.0.1, because every metric value depends on which vectors survive:
 
@@ -18,10 +17,10 @@ WEFE 1.0.1, because every metric value depends on which vectors survive:
   result carries a ``reason`` naming the sets, their losses and missing words;
 * ``normalize=True`` divides each found vector by its own norm (float32, as WEFE).
 
-Two deliberate differences, both refusals of input WEFE silently mis-handles:
-unknown preprocessor keys or ``strip_accents`` values raise (WEFE ignores them, so its
-own docstring's ``{'lowecase': True}`` is a silent no-op), and duplicate set names
-raise (WEFE keys sets by name, so the second set would overwrite the first).
+One deliberate difference, a refusal of input WEFE silently mis-handles: unknown
+preprocessor keys or ``strip_accents`` values raise (WEFE ignores them, so its own
+docstring's ``{'lowecase': True}`` is a silent no-op). ``LookupOptions`` carries these
+arguments as one validated value (see its docstring for how nodes see them).
 """
 
 from __future__ import annotations
@@ -30,14 +29,16 @@ import numbers
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from .word_vectors import WordVectors
+from .query import Query
+from .vectors import WordVectors
 
 __all__ = [
-    "Query",
+    "LookupOptions",
     "QueryLookup",
     "SetLookup",
     "lookup_query",
@@ -49,90 +50,6 @@ __all__ = [
 PREPROCESSOR_KEYS = frozenset(
     {"lowercase", "uppercase", "titlecase", "strip_accents", "preprocessor"}
 )
-
-
-def _join_names(names: Sequence[str]) -> str:
-    if len(names) == 1:
-        return str(names[0])
-    return ", ".join(str(n) for n in names[:-1]) + " and " + str(names[-1])
-
-
-@dataclass(frozen=True)
-class Query:
-    """Target and attribute word sets with names; hashable, so it can be a param."""
-
-    target_sets: tuple[tuple[str, ...], ...]
-    attribute_sets: tuple[tuple[str, ...], ...]
-    target_sets_names: tuple[str, ...] = ()
-    attribute_sets_names: tuple[str, ...] = ()
-
-    def __init__(
-        self,
-        target_sets: Sequence[Sequence[str]],
-        attribute_sets: Sequence[Sequence[str]] = (),
-        target_sets_names: Sequence[str] | None = None,
-        attribute_sets_names: Sequence[str] | None = None,
-    ):
-        if isinstance(target_sets, str) or isinstance(attribute_sets, str):
-            raise TypeError("target_sets and attribute_sets are lists of word lists, not strings")
-        targets = tuple(self._check_set(s, "target", i) for i, s in enumerate(target_sets))
-        attributes = tuple(self._check_set(s, "attribute", i) for i, s in enumerate(attribute_sets))
-        if not targets:
-            raise ValueError("a query needs at least one target set")
-        t_names = self._names(target_sets_names, len(targets), "Target set", "target")
-        a_names = self._names(attribute_sets_names, len(attributes), "Attribute set", "attribute")
-        object.__setattr__(self, "target_sets", targets)
-        object.__setattr__(self, "attribute_sets", attributes)
-        object.__setattr__(self, "target_sets_names", t_names)
-        object.__setattr__(self, "attribute_sets_names", a_names)
-
-    @staticmethod
-    def _check_set(words: Any, kind: str, i: int) -> tuple[str, ...]:
-        if isinstance(words, str) or not isinstance(words, (Sequence, np.ndarray)):
-            raise TypeError(f"{kind} set {i} must be a list of words, got {type(words).__name__}")
-        out = tuple(words)
-        for j, w in enumerate(out):
-            if not isinstance(w, str):
-                raise TypeError(f"{kind} set {i}, position {j}: {w!r} is not a str")
-        if not out:
-            raise ValueError(f"{kind} set {i} is empty")
-        return out
-
-    @staticmethod
-    def _names(names: Sequence[str] | None, n: int, default: str, kind: str) -> tuple[str, ...]:
-        if names is None:
-            return tuple(f"{default} {i}" for i in range(n))
-        names = tuple(str(x) for x in names)
-        if len(names) != n:
-            raise ValueError(
-                f"{n} {kind} set(s) but {len(names)} {kind} set name(s): {list(names)}"
-            )
-        dup = sorted({x for x in names if names.count(x) > 1})
-        if dup:
-            raise ValueError(f"duplicate {kind} set name(s) {dup}: WEFE would silently merge them")
-        return names
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Query:
-        """From the word-set JSON layout (``target_sets``, ``attribute_sets``, names)."""
-        return cls(
-            d["target_sets"],
-            d.get("attribute_sets") or (),
-            d.get("target_sets_names"),
-            d.get("attribute_sets_names"),
-        )
-
-    @property
-    def template(self) -> tuple[int, int]:
-        return (len(self.target_sets), len(self.attribute_sets))
-
-    @property
-    def query_name(self) -> str:
-        """WEFE's name: "T1 and T2 wrt A1 and A2" (", " before the last "and")."""
-        target = _join_names(self.target_sets_names)
-        if not self.attribute_sets_names:
-            return target
-        return target + " wrt " + _join_names(self.attribute_sets_names)
 
 
 # -- preprocessing ---------------------------------------------------------------------
@@ -391,3 +308,71 @@ def _describe(options: Mapping[str, Any]) -> dict[str, Any]:
     if fn is not None:
         out["preprocessor"] = getattr(fn, "__qualname__", repr(fn))
     return out
+
+
+class LookupOptions(BaseModel):
+    """WEFE's lookup arguments. Validated once, by running them through ``lookup_query``.
+
+    A preprocessor may hold a callable, which no fingerprint can hash; so nodes never
+    see the options themselves, only what they do to the words (:meth:`variants`): the
+    key each preprocessor makes of each word. Two configurations that make the same
+    keys are the same work, and a changed callable changes the keys, hence the
+    fingerprint.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, arbitrary_types_allowed=True)
+
+    lost_vocabulary_threshold: float = 0.2
+    preprocessors: tuple[dict[str, Any], ...] = ({},)
+    strategy: Literal["first", "all"] = "first"
+    normalize: bool = False
+    vocab_prefix: str | None = None
+
+    @field_validator("preprocessors", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        if isinstance(v, Mapping):  # one dict instead of a list of dicts: a common slip
+            raise ValueError("preprocessors is a list of dicts, e.g. [{}, {'lowercase': True}]")
+        return tuple(dict(p) if isinstance(p, Mapping) else p for p in v)
+
+    @model_validator(mode="after")
+    def _validate_with_lookup(self) -> LookupOptions:
+        # The lookup owns the rules (unknown keys, strip_accents values, the
+        # threshold's range): ask it, on an empty vocabulary, instead of restating them.
+        empty = WordVectors([], np.zeros((0, 1), np.float32), source="<validation>")
+        lookup_query(empty, Query([["x"]]), **self.lookup_kwargs())
+        return self
+
+    def lookup_kwargs(self) -> dict[str, Any]:
+        return {
+            "lost_vocabulary_threshold": self.lost_vocabulary_threshold,
+            "preprocessors": list(self.preprocessors),
+            "strategy": self.strategy,
+            "normalize": self.normalize,
+            "vocab_prefix": self.vocab_prefix,
+        }
+
+    def variants(self, words: Sequence[str]) -> tuple[tuple[str, ...], ...] | None:
+        """The key each preprocessor makes of each word; None when it is the word itself."""
+        out = tuple(
+            tuple(preprocess_word(w, p, self.vocab_prefix) for w in words) for p in self.preprocessors
+        )
+        return None if out == (tuple(words),) else out
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able settings for the lookup report (callables by their qualified name)."""
+        return {
+            "preprocessors": describe_preprocessors(self.preprocessors),
+            "strategy": self.strategy,
+            "normalize": self.normalize,
+            "vocab_prefix": self.vocab_prefix,
+        }
+
+
+def describe_preprocessors(preprocessors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def name(fn: Callable[..., Any]) -> str:
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", repr(fn))
+        return f"{module}.{qualname}" if module else qualname
+
+    return [{k: name(v) if callable(v) else v for k, v in p.items()} for p in preprocessors]
+

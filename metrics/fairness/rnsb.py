@@ -39,17 +39,20 @@ result records the seed it drew in ``random_state``, so even that run can be rep
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 from scipy.special import expit
 from scipy.stats import entropy
 
+from ...engine import Node, Params, Result, metric
 from .logistic import fit_logistic_exact, fit_logistic_tron
 from .lookup import QueryLookup
-from .wefe_math import check_lookup, nan_result
+from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .word_sets import VERSION, lookup_from_value
 
-__all__ = ["RnsbIterationError", "predict_negative_proba", "rnsb", "stratified_holdout"]
+__all__ = ["RnsbIterationError", "RnsbParams", "predict_negative_proba", "rnsb", "stratified_holdout"]
 
 SOLVERS = {"liblinear": fit_logistic_tron, "exact": fit_logistic_exact}
 
@@ -218,3 +221,26 @@ def rnsb(
         "dropped_iterations": dropped,
         "random_state": seed,
     }
+
+
+# -- the node and its builder ----------------------------------------------------------------
+class RnsbParams(Params):
+    random_state: int | None = 0  # None: a seed drawn once, recorded, then cached like any
+    holdout: bool = True
+    n_iterations: int = Field(1, ge=1)
+    solver: Literal["liblinear", "exact"] = "liblinear"
+
+
+@metric("wefe_rnsb", version=VERSION, parents=given_by_builder, params=RnsbParams)
+def rnsb_node(lookup: dict[str, Any], params: RnsbParams) -> Result:
+    """Relative Negative Sentiment Bias: KL divergence of P(negative) over target words."""
+    return as_result(rnsb(
+        lookup_from_value(lookup), random_state=params.random_state, holdout=params.holdout,
+        n_iterations=params.n_iterations, solver=params.solver,
+    ))
+
+
+@fairness_metric("RNSB", template=("n", 2), options=RnsbParams, order=30, nan_fields={
+    "rnsb": math.nan, "negative_sentiment_probabilities": {}, "negative_sentiment_distribution": {}})
+def build_rnsb(b: Build) -> Node:
+    return rnsb_node(parents={"lookup": b.lookup}, **b.options.model_dump())

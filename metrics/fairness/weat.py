@@ -12,64 +12,40 @@ Fidelity choices (WEFE 1.0.1):
 * the effect size divides by the *population* std (ddof=0) of s over T1 + T2;
 * cosines are float32 (sklearn on float32 input), averaged in float64.
 
-P-values, three ways (``p_value_method``):
-
-``"exact"``
-    every split of the pooled s values (T1 + T2, as positioned in the query) into
-    |T1| and |T2|. Caliskan et al.'s one-sided p-value, ``Pr_i[stat_i > observed]``,
-    with a strict inequality, so the observed split itself never counts and p can
-    be 0: 'right-sided' counts ``stat > observed``, 'left-sided' ``stat < observed``,
-    'two-sided' ``|stat - mu| > |observed - mu|`` where ``mu = (|T1| - |T2|) *
-    mean(s)`` is the null mean (0 for equal sizes). ``p = count / #splits``.
-    Comparisons carry a relative 1e-10 slack, so float rounding cannot make a split
-    that ties the observed statistic (the observed split, or one that swaps equal s
-    values) count as more extreme.
-``"monte_carlo"``
-    the same statistic and counts on ``p_value_iterations`` random permutations
-    drawn from ``numpy.random.default_rng(random_state)``;
-    ``p = (count + 1) / (iterations + 1)``.
-``"wefe"`` (alias ``"approximate"``, WEFE's name)
-    WEFE's own sampler, replayed draw for draw but with a seedable generator: it
-    draws ``size = n`` words *with replacement* from the n distinct pooled target
-    words (``rng.choice``), skips draws it has seen, takes the first |T1| drawn as X
-    and the rest as Y, and counts ``stat > observed`` (right), ``stat < observed``
-    (left) or ``|stat| > observed`` (two-sided, observed not in absolute value);
-    ``runs = min(iterations, n!)`` and ``p = (count + 1) / (runs + 1)``. With the
-    same seed it returns WEFE's value exactly. It is not a permutation test.
-``"auto"`` (default)
-    exact when there are at most ``max_exact_splits`` (200,000) splits, else
-    Monte Carlo. The result records which method ran.
+The p-values (exact, Monte Carlo, WEFE's sampler) are in ``weat_p_value.py``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...engine import Node, Params, Result, metric
+from .cosine import cosine_matrix
 from .lookup import QueryLookup
-from .wefe_math import check_lookup, cosine_matrix, nan_result
+from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .weat_p_value import (
+    MAX_EXACT_SPLITS,
+    P_VALUE_METHODS,
+    PValueParams,
+    check_test_type,
+    n_splits,
+    weat_p_value_exact,
+    weat_p_value_monte_carlo,
+    weat_p_value_node,
+    weat_p_value_wefe,
+    weat_score,
+)
+from .word_sets import VERSION, lookup_from_value
 
 __all__ = [
-    "TEST_TYPES",
-    "n_splits",
-    "s_from_cosines",
-    "s_vector",
-    "weat",
-    "weat_effect_size",
-    "weat_p_value_exact",
-    "weat_p_value_monte_carlo",
-    "weat_p_value_wefe",
-    "weat_score",
+    "WeatOptions", "s_from_cosines", "s_vector", "weat", "weat_effect_size", "weat_p_value_exact",
+    "weat_p_value_monte_carlo", "weat_p_value_wefe", "weat_score",
 ]
-
-TEST_TYPES = ("right-sided", "left-sided", "two-sided")
-P_VALUE_METHODS = ("auto", "exact", "monte_carlo", "wefe", "approximate")
-MAX_EXACT_SPLITS = 200_000
-_CHUNK = 8192
 
 
 def s_from_cosines(cos_a: np.ndarray, cos_b: np.ndarray) -> np.ndarray:
@@ -82,155 +58,11 @@ def s_vector(targets: np.ndarray, attr_a: np.ndarray, attr_b: np.ndarray) -> np.
     return s_from_cosines(cosine_matrix(targets, attr_a), cosine_matrix(targets, attr_b))
 
 
-def weat_score(s1: np.ndarray, s2: np.ndarray) -> float:
-    """The sum-form statistic: sum of s over T1 minus sum over T2 (float64)."""
-    return float(np.sum(s1, dtype=np.float64) - np.sum(s2, dtype=np.float64))
-
-
 def weat_effect_size(s1: np.ndarray, s2: np.ndarray) -> float:
     """(mean s over T1 - mean s over T2) / population std of s over T1 + T2."""
     diff = np.mean(s1, dtype=np.float64) - np.mean(s2, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(diff / np.std(np.concatenate([s1, s2]), dtype=np.float64))
-
-
-def _check_test_type(test_type: str) -> None:
-    if test_type not in TEST_TYPES:
-        raise ValueError(f"p_value_test_type must be one of {TEST_TYPES}, got {test_type!r}")
-
-
-def _slack(pool: np.ndarray) -> float:
-    return 1e-10 * max(float(np.sum(np.abs(pool))), np.finfo(np.float64).tiny)
-
-
-class _Counter:
-    """Counts null statistics more extreme than the observed one, per test type."""
-
-    def __init__(self, pool: np.ndarray, n1: int, observed: float, test_type: str):
-        _check_test_type(test_type)
-        self.test_type = test_type
-        self.observed = observed
-        self.mu = (2 * n1 - pool.size) * float(np.mean(pool))
-        self.gamma = _slack(pool)
-        self.count = 0
-
-    def add(self, stats: np.ndarray) -> None:
-        if self.test_type == "right-sided":
-            hits = stats > self.observed + self.gamma
-        elif self.test_type == "left-sided":
-            hits = stats < self.observed - self.gamma
-        else:
-            hits = np.abs(stats - self.mu) > abs(self.observed - self.mu) + self.gamma
-        self.count += int(np.count_nonzero(hits))
-
-
-def n_splits(n1: int, n2: int) -> int:
-    """How many ways T1 + T2 splits into groups of |T1| and |T2|."""
-    return math.comb(n1 + n2, n1)
-
-
-def weat_p_value_exact(
-    s1: np.ndarray,
-    s2: np.ndarray,
-    test_type: str = "right-sided",
-    max_splits: int = MAX_EXACT_SPLITS,
-) -> float:
-    """Exact permutation p-value over every split; see the module docstring."""
-    _check_test_type(test_type)
-    pool = np.concatenate([np.asarray(s1, np.float64), np.asarray(s2, np.float64)])
-    n, n1 = pool.size, len(s1)
-    total_splits = n_splits(n1, n - n1)
-    if total_splits > max_splits:
-        raise ValueError(
-            f"an exact test needs {total_splits:,} splits of {n1}+{n - n1} words, more than "
-            f"max_exact_splits={max_splits:,}; use p_value_method='monte_carlo' or raise the cap"
-        )
-    counter = _Counter(pool, n1, weat_score(s1, s2), test_type)
-    total = float(np.sum(pool))
-    combos = itertools.combinations(range(n), n1)
-    while True:
-        flat = np.fromiter(
-            itertools.chain.from_iterable(itertools.islice(combos, _CHUNK)), dtype=np.intp
-        )
-        if flat.size == 0:
-            break
-        counter.add(2.0 * pool[flat.reshape(-1, n1)].sum(axis=1) - total)
-    return counter.count / total_splits
-
-
-def weat_p_value_monte_carlo(
-    s1: np.ndarray,
-    s2: np.ndarray,
-    iterations: int = 10000,
-    random_state: int | None = None,
-    test_type: str = "right-sided",
-) -> float:
-    """Seeded Monte-Carlo permutation p-value, ``(count + 1) / (iterations + 1)``."""
-    _check_test_type(test_type)
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"p_value_iterations must be a positive int, got {iterations!r}")
-    pool = np.concatenate([np.asarray(s1, np.float64), np.asarray(s2, np.float64)])
-    n, n1 = pool.size, len(s1)
-    counter = _Counter(pool, n1, weat_score(s1, s2), test_type)
-    total = float(np.sum(pool))
-    rng = np.random.default_rng(random_state)
-    done = 0
-    while done < iterations:
-        b = min(_CHUNK, iterations - done)
-        perms = rng.permuted(np.tile(np.arange(n), (b, 1)), axis=1)
-        counter.add(2.0 * pool[perms[:, :n1]].sum(axis=1) - total)
-        done += b
-    return (counter.count + 1) / (iterations + 1)
-
-
-def weat_p_value_wefe(
-    words1: Sequence[str],
-    s1: np.ndarray,
-    words2: Sequence[str],
-    s2: np.ndarray,
-    observed: float,
-    iterations: int = 10000,
-    random_state: int | np.random.Generator | None = None,
-    test_type: str = "right-sided",
-) -> float:
-    """WEFE 1.0.1's sampler, replayed with ``numpy.random.default_rng(random_state)``.
-
-    The pool is WEFE's ``{**T1, **T2}``: distinct words, T1's first; |X| is the number
-    of distinct T1 words. ``rng.choice(n, size=n)`` draws the same indices as WEFE's
-    ``rng.choice(words, size=n)`` for the same generator state. Statistic per draw:
-    float64 sums of the pooled s values, as WEFE's ``_calc_weat``.
-    """
-    _check_test_type(test_type)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, float)) or iterations < 1:
-        raise ValueError(f"p_value_iterations must be a positive number, got {iterations!r}")
-    s_of: dict[str, float] = dict(zip(words1, np.asarray(s1, np.float64), strict=True))
-    n1 = len(s_of)
-    s_of.update(zip(words2, np.asarray(s2, np.float64), strict=True))
-    pool = np.fromiter(s_of.values(), dtype=np.float64, count=len(s_of))
-    n = pool.size
-    runs = min(iterations, math.factorial(n))
-    passes = {
-        "right-sided": lambda stat: stat > observed,
-        "left-sided": lambda stat: stat < observed,
-        "two-sided": lambda stat: np.abs(stat) > observed,
-    }[test_type]
-    rng = (
-        random_state
-        if isinstance(random_state, np.random.Generator)
-        else np.random.default_rng(random_state)
-    )
-    seen: set[bytes] = set()
-    count = 0
-    while len(seen) < runs:
-        draw = rng.choice(n, size=n)
-        key = draw.tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
-        stat = np.sum(pool[draw[:n1]], dtype=np.float64) - np.sum(pool[draw[n1:]], dtype=np.float64)
-        if passes(stat):
-            count += 1
-    return (count + 1) / (runs + 1)
 
 
 def weat(
@@ -251,7 +83,7 @@ def weat(
     the method that ran ('exact', 'monte_carlo' or 'wefe').
     """
     check_lookup("WEAT", lookup)
-    _check_test_type(p_value_test_type)
+    check_test_type(p_value_test_type)
     if p_value_method not in P_VALUE_METHODS:
         raise ValueError(f"p_value_method must be one of {P_VALUE_METHODS}, got {p_value_method!r}")
     if not lookup.ok:
@@ -296,3 +128,89 @@ def weat(
             t2.name: dict(zip(t2.found, s2.tolist(), strict=True)),
         },
     }
+
+
+# -- the nodes -------------------------------------------------------------------------------
+@metric("wefe_cosine", version=VERSION, parents=given_by_builder)
+def cosine(x: dict[str, Any], y: dict[str, Any]) -> np.ndarray:
+    """cos(x_i, y_j) for every found word of set x and of set y (sklearn's float32 recipe)."""
+    a, b = np.asarray(x["vectors"]), np.asarray(y["vectors"])
+    if not (len(a) and len(b)):  # a set with no word found: nothing to compare (the lookup says why)
+        return np.zeros((len(a), len(b)), np.float32)
+    return cosine_matrix(a, b)
+
+
+@metric("wefe_weat_s", version=VERSION, parents=given_by_builder)
+def weat_s(cos_a: np.ndarray, cos_b: np.ndarray) -> np.ndarray:
+    """WEAT's s(w, A, B) = mean_a cos(w, a) - mean_b cos(w, b) for every word w of T."""
+    with warnings.catch_warnings():  # an empty set gives NaN; the lookup says why
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return s_from_cosines(cos_a, cos_b)
+
+
+@metric("wefe_weat_effect_size", version=VERSION, parents=given_by_builder)
+def weat_effect_size_node(lookup: dict[str, Any], s1: np.ndarray, s2: np.ndarray) -> Result:
+    """(mean s over T1 - mean s over T2) / population std of s over T1 + T2."""
+    if lookup["reason"] is not None:  # the lookup says why every value is NaN
+        return Result.nan(lookup["reason"])
+    return Result(weat_effect_size(s1, s2))
+
+
+class WeatParams(Params):
+    return_effect_size: bool = False
+
+
+@metric("wefe_weat", version=VERSION, parents=given_by_builder, params=WeatParams)
+def weat_node(
+    lookup: dict[str, Any], s1: np.ndarray, s2: np.ndarray, effect_size: Result,
+    params: WeatParams, p_value: Result | None = None,
+) -> Result:
+    """WEFE's WEAT result: the sum-form statistic (or the effect size), and the p-value."""
+    lk = lookup_from_value(lookup)
+    if not lk.ok:
+        return as_result(nan_result("WEAT", lk))
+    stat = weat_score(s1, s2)
+    es = float(effect_size.agg_value)
+    (t1, t2) = lk.targets
+    return Result(es if params.return_effect_size else stat, extra={
+        "query_name": lk.query_name,
+        "weat": stat,
+        "effect_size": es,
+        "p_value": math.nan if p_value is None else float(p_value.agg_value),
+        "p_value_method": None if p_value is None else p_value.extra["method"],
+        "p_value_test_type": None if p_value is None else p_value.extra["test_type"],
+        "p_value_random_state": None if p_value is None else p_value.extra["random_state"],
+        "s_by_word": {
+            t1.name: dict(zip(t1.found, np.asarray(s1).tolist(), strict=True)),
+            t2.name: dict(zip(t2.found, np.asarray(s2).tolist(), strict=True)),
+        },
+    })
+
+
+# -- the builder -----------------------------------------------------------------------------
+class WeatOptions(Params):
+    return_effect_size: bool = False
+    calculate_p_value: bool = True
+    p_value: PValueParams = PValueParams()
+
+
+def weat_s_node(target: Sequence[str], attr_a: Sequence[str], attr_b: Sequence[str],
+                set_node: Callable[[Sequence[str]], Node]) -> Node:
+    """s(w, A, B) for the words of ``target``, from cos(T, A) and cos(T, B)."""
+    t = set_node(target)
+    cos_a = cosine(parents={"x": t, "y": set_node(attr_a)})
+    cos_b = cosine(parents={"x": t, "y": set_node(attr_b)})
+    return weat_s(parents={"cos_a": cos_a, "cos_b": cos_b})
+
+
+@fairness_metric("WEAT", template=(2, 2), options=WeatOptions, order=10,
+                 nan_fields={"weat": math.nan, "effect_size": math.nan, "p_value": math.nan})
+def build_weat(b: Build) -> Node:
+    """Four set lookups, four cosine matrices, two s vectors; effect size, p-value and WEAT on them."""
+    (t1, t2), (a, a2) = b.query.target_sets, b.query.attribute_sets
+    s = {"s1": weat_s_node(t1, a, a2, b.set_node), "s2": weat_s_node(t2, a, a2, b.set_node)}
+    lk = b.lookup
+    parents: dict[str, Any] = {"lookup": lk, **s, "effect_size": weat_effect_size_node(parents={"lookup": lk, **s})}
+    if b.options.calculate_p_value:
+        parents["p_value"] = weat_p_value_node(parents={"lookup": lk, **s}, **b.options.p_value.model_dump())
+    return weat_node(parents=parents, return_effect_size=b.options.return_effect_size)

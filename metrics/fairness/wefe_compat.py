@@ -44,19 +44,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...engine import run
-from ...engine.results import Result
-from ...engine.results import NodeRecord, RunResult
-from .embedding_resource import WordVectorsResource
-from .graph_build import MetricSettings, WeatOptions, query_nodes
-from .lookup import Query
-from .node_values import wefe_fields
-from .nodes import PValueParams, RipaParams, RndParams, RnsbParams
-from .queries import LookupOptions, WordSetQuery
-from .rnsb import RnsbIterationError
-from .vector_metrics import RipaPairingError
-from .weat import MAX_EXACT_SPLITS, n_splits
-from .wefe_math import TemplateError
-from .word_vectors import WordVectors
+from ...engine.results import NodeRecord, Result, RunResult
+from .embeddings import WordVectorsResource
+from .lookup import LookupOptions
+from .query import Query
+from .registry import MetricSettings, TemplateError, query_nodes, wefe_fields
+from .ripa import RipaPairingError, RipaParams
+from .rnd import RndParams
+from .rnsb import RnsbIterationError, RnsbParams
+from .vectors import WordVectors
+from .weat import WeatOptions
+from .weat_p_value import MAX_EXACT_SPLITS, PValueParams, n_splits
 
 __all__ = ["ECT", "MAC", "RIPA", "RND", "RNSB", "WEAT", "Query", "WordEmbeddingModel"]
 
@@ -126,12 +124,12 @@ def _as_model(model: Any) -> WordEmbeddingModel:
     raise TypeError(f"model should be a WordEmbeddingModel instance, got: {type(model)}.")
 
 
-def _as_query(query: Any) -> WordSetQuery:
-    if isinstance(query, (Query, WordSetQuery)):
-        return WordSetQuery.model_validate(query)
+def _as_query(query: Any) -> Query:
+    if isinstance(query, Query):
+        return query
     names = ("target_sets", "attribute_sets", "target_sets_names", "attribute_sets_names")
     if all(hasattr(query, n) for n in names):  # a wefe.Query
-        return WordSetQuery.from_wefe(*(getattr(query, n) for n in names))
+        return Query(*(getattr(query, n) for n in names))
     raise TypeError(f"query should be a Query instance, got: {type(query)}.")
 
 
@@ -239,7 +237,7 @@ class WEAT(_WefeMetric):
         """WEFE's WEAT.run_query; ``random_state`` seeds the p-value (an evaldag addition)."""
         method = "wefe" if p_value_method == "approximate" else p_value_method
         if calculate_p_value and random_state is None:
-            n1, n2 = (len(set(s)) for s in _as_query(query).target_sets.values())
+            n1, n2 = (len(set(s)) for s in _as_query(query).target_sets)
             exact = method == "exact" or (method == "auto" and n_splits(n1, n2) <= max_exact_splits)
             random_state = None if exact else _fresh_seed()
         p_value = PValueParams(method=method, test_type=p_value_test_type, iterations=p_value_iterations,

@@ -4,7 +4,8 @@ Every WEFE metric only ever asks two things of a model: "is this word in it?" an
 "what is its vector?". So the engine keeps this one small value type instead of a
 gensim dependency. float32 because WEFE's test model and the GoogleNews vectors are
 float32 and WEFE computes its cosines in the input dtype: fidelity needs float32 too.
-Loaders live in ``embeddings.py``.
+Loaders (files, dicts, gensim objects) and the ``embeddings`` resource live in
+``embeddings.py``.
 """
 
 from __future__ import annotations
