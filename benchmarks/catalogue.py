@@ -56,21 +56,3 @@ class Catalogue:
         cat = cls(cfg)
         return [cat[m] for m in metrics]
 
-
-def parse_metrics(text: str | None, default: tuple[str, ...], groups: dict[str, tuple[str, ...]], known: list[str], bench: str, strict: bool = True) -> tuple[str, ...]:
-    """``--metrics a,b,default,mia,all`` -> names; unknown names are an error when ``strict``."""
-    if not text:
-        return default
-    names: list[str] = []
-    for m in (x.strip() for x in text.split(",")):
-        if m == "default":
-            names += default
-        elif m == "all":
-            names += known
-        elif m in groups:
-            names += groups[m]
-        elif m in known:
-            names.append(m)
-        elif m and strict:
-            raise ValueError(f"unknown {bench} metric {m!r}; known: {', '.join(sorted(known))}")
-    return tuple(dict.fromkeys(names))

@@ -216,21 +216,3 @@ class Graph:
     def __len__(self) -> int:
         return len(self.vertices)
 
-    # ------------------------------------------------------------------ drawing
-    def to_mermaid(self, **kw: Any) -> str:
-        """A Mermaid flowchart of this graph (plan view); see evaldag.engine.render."""
-        from .render import to_mermaid
-
-        return to_mermaid(self, **kw)
-
-    def to_dot(self, **kw: Any) -> str:
-        """Graphviz DOT text of this graph (plan view)."""
-        from .render import to_dot
-
-        return to_dot(self, **kw)
-
-    def to_html(self, **kw: Any) -> str:
-        """A self-contained page: the drawing plus a sortable node table."""
-        from .render import to_html
-
-        return to_html(self, **kw)

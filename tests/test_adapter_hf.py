@@ -533,9 +533,11 @@ def test_cli_attention_mask_option():
 
     p = argparse.ArgumentParser()
     common.add_model_arguments(p)
-    assert common.model(str(TINY_LLAMA / "target"), p.parse_args([])).attention_mask == "reference"
-    args = p.parse_args(["--attention-mask", "padding"])
-    assert common.model(str(TINY_LLAMA / "target"), args).attention_mask == "padding"
+    path = str(TINY_LLAMA / "target")
+    opts = common.ModelOptions(**common.model_options(p.parse_args([])))
+    assert common.hf_model(path, opts).attention_mask == "reference"
+    opts = common.ModelOptions(**common.model_options(p.parse_args(["--attention-mask", "padding"])))
+    assert common.hf_model(path, opts).attention_mask == "padding"
     with pytest.raises(SystemExit):
         p.parse_args(["--attention-mask", "all"])
 

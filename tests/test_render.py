@@ -8,7 +8,6 @@ second run after a param change), failed (a scorer that raises) and skipped.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -25,10 +24,16 @@ import pytest
 
 from evaldag.engine import Graph, Params, Result, Value, Rows, metric, render, run, write_report
 from evaldag.engine.adapters.toy import ToyModel
-from evaldag.engine.render import cli_graph, layout as layout_mod, plots, report_html
-from evaldag.engine.render.clusters import guess_split, is_model_like
+from evaldag.engine import cli
+from evaldag.engine.benchmark import build_report_html, splits_of
+from evaldag.engine.render import layout as layout_mod, plots
+from evaldag.engine.render.clusters import cluster_order, guess_split, is_model_like
 from evaldag.engine.requests import unpack_token_stats
 from evaldag.benchmarks import toy as toy_bench
+from evaldag.benchmarks.tofu.benchmark import TofuBenchmark
+from evaldag.benchmarks.unlearning_report import per_item
+
+TOFU_SPLITS = splits_of([TofuBenchmark()])  # forget / holdout / retain and TOFU's real authors, world facts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "open_unlearning"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -256,8 +261,8 @@ def test_output_is_deterministic(tofu_run, tmp_path):
     for fmt in render.FORMATS:
         assert render.render(out, fmt) == render.render(out, fmt)
         assert render.render(tofu_like_nodes(), fmt) == render.render(Graph(tofu_like_nodes()), fmt)
-    a = report_html.build_report_html([out])
-    assert a == report_html.build_report_html([out])
+    a = build_report_html([out])
+    assert a == build_report_html([out])
     # and across processes with different hash seeds (no set or dict order leaks into the output)
     code = "import sys; from evaldag.engine import render; sys.stdout.write(render.to_html(sys.argv[1]) + render.to_mermaid(sys.argv[1]))"
     pages = {subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=True,
@@ -288,11 +293,13 @@ def test_tofu_like_run_has_every_status_and_reason(tofu_run):
 
 
 def test_split_and_group_guesses(tofu_run):
-    assert guess_split("forget_Q_A_Prob") == "forget" and guess_split("retain_Truth_Ratio") == "retain"
-    assert guess_split("ra_Q_A_Prob") == "ra" and guess_split("wf_Truth_Ratio") == "wf" and guess_split("tofu_holdout") == "holdout"
+    assert guess_split("forget_Q_A_Prob") == "forget" and guess_split("retain_Truth_Ratio", TOFU_SPLITS) == "retain"
+    assert guess_split("ra_Q_A_Prob", TOFU_SPLITS) == "ra" and guess_split("wf_Truth_Ratio", TOFU_SPLITS) == "wf"
+    assert guess_split("tofu_holdout") == "holdout" and guess_split("ra_Q_A_Prob") is None  # ra: TOFU's word, not the engine's
     assert guess_split("extraction_strength") is None and guess_split("model_utility") is None
     assert is_model_like("retain_model") and not is_model_like("tofu_retain")
-    view = render.as_view(Graph(tofu_like_nodes()), show_resources=True)
+    view = render.as_view(Graph(tofu_like_nodes()), show_resources=True, splits=TOFU_SPLITS)
+    assert [c[1] for c in cluster_order(view) if c[0] == "TOFU"] == ["forget", "holdout", None, "retain", "ra", "wf"]
     split = {n.label: n.split for n in view.nodes if not n.unnamed}
     assert split["forget_truth_ratio"] == "forget" and split["ra_Truth_Ratio"] == "ra"
     assert split["extraction_strength"] == "forget"  # from its parent scorer's bound data
@@ -422,57 +429,43 @@ def test_dot_to_svg_needs_the_binary_only_when_asked(monkeypatch):
         render.dot_to_svg(text)
 
 
-# ---------------------------------------------------------------------- CLI functions
-def _cli(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="evaldag")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    cli_graph.add_graph_parser(sub)
-    cli_graph.add_report_parser(sub)
-    return p.parse_args(argv)
-
-
+# ---------------------------------------------------------------------- CLI
 def test_graph_command_plan_run_and_cache_status(tmp_path, capsys):
-    assert cli_graph.cmd_graph(_cli(["graph", "toy"])) == 0
+    assert cli.main(["graph", "toy"]) == 0
     assert capsys.readouterr().out.startswith("flowchart LR")
     dest = tmp_path / "plan.html"
-    assert cli_graph.cmd_graph(_cli(["graph", "toy", "--metrics", "toy_min_k", "--format", "html", "--out", str(dest)])) == 0
+    assert cli.main(["graph", "toy", "--metrics", "toy_min_k", "--format", "html", "--out", str(dest)]) == 0
     assert dest.read_text().count('<tr class="ed-row"') == 2  # toy_min_k and its scorer
     cache = tmp_path / "c"
     run(toy_bench.nodes(), toy_bench.resources(), cache_dir=str(cache))
-    assert cli_graph.cmd_graph(_cli(["graph", "toy", "--format", "json", "--cache-dir", str(cache)])) == 0
+    assert cli.main(["graph", "toy", "--format", "json", "--cache-dir", str(cache)]) == 0
     assert json.loads(capsys.readouterr().out)["counts"] == {"cached": 6}
     out = toy_run_dir(tmp_path)
-    assert cli_graph.cmd_graph(_cli(["graph", "--run", str(out), "--format", "svg"])) == 0
+    assert cli.main(["graph", "--run", str(out), "--format", "svg"]) == 0
     assert len(svg_nodes(capsys.readouterr().out)) == 6
-    assert cli_graph.cmd_graph(_cli(["graph", "--run", str(tmp_path / "nowhere")])) == 2
+    assert cli.main(["graph", "--run", str(tmp_path / "nowhere")]) == 2
     assert "no run.json" in capsys.readouterr().err
 
 
 def test_report_command_writes_one_file(tmp_path, capsys):
     out = toy_run_dir(tmp_path)
-    assert cli_graph.cmd_report(_cli(["report", str(out)])) == 0
+    assert cli.main(["report", str(out)]) == 0
     assert (out / "report.html").exists() and "wrote" in capsys.readouterr().out
-    assert cli_graph.cmd_report(_cli(["report", str(tmp_path / "missing")])) == 2
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
 
 
 def test_cli_main_has_graph_and_report(tmp_path, capsys):
-    from evaldag.engine import cli
-
-    commands = next(a.choices for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
-    if "graph" not in commands:
-        pytest.skip("engine/cli.py does not wire `evaldag graph`/`report` yet (the render report gives the change)")
     assert cli.main(["graph", "toy", "--format", "dot"]) == 0
     assert capsys.readouterr().out.startswith("digraph evaldag")
     out = toy_run_dir(tmp_path)
     assert cli.main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
 
 
-def test_graph_methods_delegate_to_render():
-    if not hasattr(Graph, "to_mermaid"):
-        pytest.skip("engine/graph.py has no Graph.to_mermaid/to_dot/to_html yet (see the render report to the lead)")
+def test_graph_draws_only_through_render():
+    """Graph has no to_mermaid/to_dot/to_html (graph -> render -> graph was a cycle): render draws a Graph."""
+    assert not any(hasattr(Graph, f"to_{fmt}") for fmt in ("mermaid", "dot", "html"))
     g = Graph(toy_bench.nodes())
-    assert g.to_mermaid() == render.to_mermaid(g) and g.to_dot() == render.to_dot(g)
-    assert g.to_html(show_resources=True) == render.to_html(g, show_resources=True)
+    assert render.to_mermaid(g).startswith("flowchart LR") and render.to_dot(g).startswith("digraph evaldag")
 
 
 # ---------------------------------------------------------------------- the report
@@ -497,7 +490,7 @@ def test_roc_auc_matches_the_stored_sklearn_values():
         evals = json.loads((FIXTURES / f"{who}_TOFU_EVAL.json").read_text())
         for name, e in evals.items():
             if name.startswith("mia_"):
-                _, _, auc = plots.roc_curve(report_html._vbi(e["forget"], "score"), report_html._vbi(e["holdout"], "score"))
+                _, _, auc = plots.roc_curve(per_item(e["forget"], "score"), per_item(e["holdout"], "score"))
                 assert auc == pytest.approx(e["auc"], abs=1e-12), (who, name)
                 checked += 1
     assert checked == 12
@@ -515,7 +508,7 @@ def test_histogram_math_and_log_switch():
 def test_report_compares_runs_and_draws_plots(tofu_run, tmp_path):
     _, out = tofu_run
     target, retain = fake_out_dirs(tmp_path, out)
-    page = report_html.build_report_html([target, retain])
+    page = build_report_html([target, retain])
     assert page.count('data-plot="truth-ratio"') == 2 and page.count('data-plot="roc"') == 2 and page.count('data-plot="prob"') == 2
     assert "differs from the stored" not in page
     table = re.search(r'<table class="ed-table ed-sortable ed-metrics" data-bench="TOFU">.*?</table>', page, re.S).group(0)
@@ -532,12 +525,12 @@ def test_report_without_run_json_or_plot_data(tmp_path):
     ou = tmp_path / "ou_only"
     ou.mkdir()
     shutil.copy(FIXTURES / "target_MUSE_EVAL.json", ou / "MUSE_EVAL.json")
-    page = report_html.build_report_html([ou])
+    page = build_report_html([ou])
     assert 'data-plot="roc"' in page and 'data-plot="truth-ratio"' not in page and "no run.json" in page
     assert 'class="ed-dag"' not in page
     toy = toy_run_dir(tmp_path)
-    page = report_html.build_report_html([toy])
-    assert "No per-item data to plot" in page and page.count('class="ed-dag"') == 1
+    page = build_report_html([toy])
+    assert 'id="plots"' not in page and page.count('class="ed-dag"') == 1  # toy draws no plots: no empty section
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="neither run.json"):
-        report_html.build_report_html([tmp_path / "empty"])
+        build_report_html([tmp_path / "empty"])

@@ -20,9 +20,9 @@ import pytest
 
 from evaldag.benchmarks.weat import spec
 from evaldag.engine import cli
-from evaldag.engine.render import fairness_html, report_html
+from evaldag.benchmarks.weat import report as fairness_html
+from evaldag.engine.benchmark import build_report_html
 from evaldag.metrics.fairness.query import Query
-from evaldag.metrics.fairness.registry import metric_names
 
 FIX = Path(__file__).parent / "fixtures"
 NPZ = FIX / "wefe" / "wefe_subset.npz"
@@ -117,13 +117,9 @@ def test_standard_run_on_the_fixture_nan_only_where_words_are_missing(runs):
 
 
 # ---------------------------------------------------------------------- one run
-def test_fairness_metric_names_are_the_graphs():
-    assert fairness_html.FAIRNESS_METRICS == metric_names()
-
-
 def test_table_shows_the_eval_numbers(runs):
     std, _ = runs
-    page = report_html.build_report_html([std])
+    page = build_report_html([std])
     ev = evals(std)
     heads, rows = fair_table(page)
     assert heads == ["query", "WEAT", "WEAT effect size", "WEAT p-value", "RNSB", "MAC"]
@@ -142,7 +138,7 @@ def test_table_shows_the_eval_numbers(runs):
 
 def test_summary_numbers_are_not_listed_twice(runs):
     std, _ = runs
-    page = report_html.build_report_html([std])
+    page = build_report_html([std])
     summary = json.loads((std / "WEAT_SUMMARY.json").read_text())
     assert len(summary) == 30
     assert 'class="ed-table ed-sortable ed-metrics" data-bench="WEAT"' not in page
@@ -151,7 +147,7 @@ def test_summary_numbers_are_not_listed_twice(runs):
 
 def test_one_bar_per_word_with_the_eval_value(runs):
     std, _ = runs
-    page = report_html.build_report_html([std])
+    page = build_report_html([std])
     ev = evals(std)
     assert page.count('<details class="ed-more ed-fair-q"') == len(ev)
     assert re.search(r'<details class="ed-more ed-fair-q" id="[^"]+" data-query="weat1_flowers_insects" open>', page)
@@ -181,7 +177,7 @@ def test_one_bar_per_word_with_the_eval_value(runs):
 
 def test_weat_bars_are_coloured_by_target_set(runs):
     std, _ = runs
-    part = block(report_html.build_report_html([std]), "weat1_flowers_insects")
+    part = block(build_report_html([std]), "weat1_flowers_insects")
     svg = re.search(r'<svg[^>]*data-plot="weat-s".*?</svg>', part, re.S).group(0)
     fills = dict(re.findall(r'data-word="([^"]*)".*?<rect [^>]*fill="(#[0-9a-f]+)"', svg))
     flowers, insects = evals(std)["weat1_flowers_insects"]["WEAT"]["s_by_word"].values()
@@ -192,7 +188,7 @@ def test_weat_bars_are_coloured_by_target_set(runs):
 # ---------------------------------------------------------------------- (2, 1) queries: RND, ECT, RIPA
 def test_rnd_ripa_ect_failed_and_nan(runs):
     _, custom = runs
-    page = report_html.build_report_html([custom])
+    page = build_report_html([custom])
     ev = evals(custom)
     heads, rows = fair_table(page)
     assert heads == ["query", "WEAT", "WEAT effect size", "WEAT p-value", "RND", "RNSB", "MAC", "ECT", "RIPA"]
@@ -229,8 +225,8 @@ def test_rnd_colours_follow_the_distance():
 # ---------------------------------------------------------------------- several runs, no WEAT
 def test_several_runs_side_by_side(runs):
     std, custom = runs
-    page = report_html.build_report_html([std, custom])
-    assert page == report_html.build_report_html([std, custom])
+    page = build_report_html([std, custom])
+    assert page == build_report_html([std, custom])
     heads, rows = fair_table(page)
     assert heads[:3] == ["query", "WEAT standard", "WEAT custom"]
     assert "RND custom" in heads and "RND standard" not in heads  # no empty columns
@@ -246,5 +242,5 @@ def test_no_fairness_section_without_a_weat_run(tmp_path):
     ou = tmp_path / "ou"
     ou.mkdir()
     shutil.copy(FIX / "open_unlearning" / "target_MUSE_EVAL.json", ou / "MUSE_EVAL.json")
-    page = report_html.build_report_html([ou])
+    page = build_report_html([ou])
     assert 'id="fairness"' not in page and "Embedding fairness" not in page and 'class="ed-table ed-sortable ed-fair"' not in page

@@ -257,12 +257,7 @@ def test_load_queries_default_file_and_errors(tmp_path):
         spec.load_queries(tmp_path / "nope.json")
 
 
-@pytest.fixture
-def weat_cli(monkeypatch):
-    monkeypatch.setitem(cli.BENCHMARKS, "weat", "evaldag.benchmarks.weat.cli")
-
-
-def test_cli_end_to_end_then_warm_rerun(weat_cli, tmp_path):
+def test_cli_end_to_end_then_warm_rerun(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = ["run", "weat", "--embeddings", str(NPZ), "--out", str(out), "--cache-dir", str(cache), "--quiet"]
     assert cli.main(argv) == 0
@@ -291,7 +286,7 @@ def test_cli_end_to_end_then_warm_rerun(weat_cli, tmp_path):
     assert (out / "WEAT_EVAL.json").read_text() == cold  # same numbers, same (WEFE's) key order
 
 
-def test_cli_refuses_a_metric_that_cannot_take_the_queries(weat_cli, tmp_path, capsys):
+def test_cli_refuses_a_metric_that_cannot_take_the_queries(tmp_path, capsys):
     argv = ["run", "weat", "--embeddings", str(NPZ), "--metrics", "WEAT,RND",
             "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
     assert cli.main(argv) == 2
@@ -300,7 +295,7 @@ def test_cli_refuses_a_metric_that_cannot_take_the_queries(weat_cli, tmp_path, c
     assert not (tmp_path / "c").exists()  # nothing ran, nothing was cached
 
 
-def test_cli_queries_file_metrics_and_nan(weat_cli, tmp_path):
+def test_cli_queries_file_metrics_and_nan(tmp_path):
     queries = tmp_path / "mine.json"
     queries.write_text(json.dumps({
         "names_career": {"target_sets": {"Male": WORD_SETS["weat6_names_career_family"]["target_sets"][0],

@@ -14,16 +14,20 @@ import argparse
 import time
 from pathlib import Path
 
+from ...engine import Rows
+from ...engine.adapters.hf import HFModel
+from ...engine.benchmark import write_report_html
 from ...engine.cache import Cache
 from ...engine.outputs import fmt
 from ...engine.outputs import write as write_files
 from ...engine.results import Result
 from ...engine.run import run
 from ..tofu import spec
-from ..tofu.cli import RESOURCE_OF_ROLE
+from ..tofu.benchmark import RESOURCE_OF_ROLE
 from ..tofu.data import load_subset, tofu_splits
 from . import DATA, MODEL_NAMES, model_path
 
+HELP = "evaluate the three bundled checkpoints on TOFU, offline"
 METRICS = spec.DEFAULT_METRICS + spec.MIA_METRICS
 TABLE = ("forget_quality", "forget_truth_ratio", "forget_Q_A_Prob", "forget_Q_A_ROUGE", "model_utility", "privleak",
          "extraction_strength", "mia_loss", "mia_min_k", "mia_min_k_plus_plus", "mia_zlib", "mia_gradnorm", "mia_reference")
@@ -37,9 +41,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resources(name: str) -> dict:
-    from ...engine import Rows
-    from ...engine.adapters.hf import HFModel
-
     res = {
         "model": HFModel(model_path(name), dtype="fp32", device="cpu"),
         "retain_model": HFModel(model_path("retain"), dtype="fp32", device="cpu"),
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     results, ok = {}, True
     for name in MODEL_NAMES:
         res = run(spec.nodes(METRICS, cfg), resources(name), cache=cache, progress=args.progress)
-        write_files(res, out / name, bench="TOFU")
+        write_files(res, out / name, bench="TOFU", benchmarks=["tofu"])
         results[name] = res
         ok = ok and res.ok
         ex = res.executor
@@ -70,13 +71,8 @@ def main(args: argparse.Namespace) -> int:
     print()
     print(_table(results))
     if not args.no_report:
-        try:
-            from ...engine.render.report_html import write_report_html
-
-            write_report_html([out / n for n in MODEL_NAMES], out / "report.html")
-            print(f"\nreport: {out / 'report.html'}")
-        except ImportError:  # pragma: no cover - the renderer ships with the package
-            pass
+        write_report_html([out / n for n in MODEL_NAMES], out / "report.html")
+        print(f"\nreport: {out / 'report.html'}")
     print(f"results: {out}/<model>/TOFU_EVAL.json, TOFU_SUMMARY.json, run.json  ({time.perf_counter() - t0:.1f} s in all)")
     for name, res in results.items():
         for rec in res.failures():

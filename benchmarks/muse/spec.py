@@ -14,32 +14,16 @@ params of the knowmem nodes (their content is part of the fingerprint).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from ...engine import Node
-from ...engine.adapters.base import PromptTemplate
 from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
 from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
 from ...metrics.unlearning.privleak import privleak_node
 from ...metrics.unlearning.rouge import MUSE_STOPWORDS, rouge
 from ...metrics.unlearning.scoring import completion_generations, completion_stats, grad_norms, qa_generations
 from ..catalogue import Catalogue
+from .config import DEFAULT_METRICS, MIA_METRICS, MuseConfig
 
 GROUP = "MUSE"
-DEFAULT_METRICS = ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbmem_ROUGE", "privleak", "extraction_strength")
-MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
-
-
-@dataclass(frozen=True)
-class MuseConfig:
-    template: PromptTemplate = PromptTemplate()
-    forget_icl: tuple[tuple[str, str], ...] = ()
-    retain_icl: tuple[tuple[str, str], ...] = ()
-    retain: Literal["none", "logs", "model"] = "none"
-    knowmem_new_tokens: int = 32
-    verbmem_new_tokens: int = 128
-    k: float = 0.4
 
 
 class _Catalogue(Catalogue):

@@ -15,11 +15,7 @@ open-unlearning or evaldag ``TOFU_EVAL.json``), ``reference_model`` (the Referen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from ...engine import Node
-from ...engine.adapters.base import PromptTemplate
 from ...metrics.unlearning.forget_quality import forget_quality_node
 from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
 from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
@@ -30,30 +26,11 @@ from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.unlearning.truth_ratio import truth_ratio
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
 from ..catalogue import Catalogue
+from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
 GROUP = "TOFU"
 
-# open-unlearning's configs/eval/tofu.yaml, in its order
-DEFAULT_METRICS = (
-    "forget_truth_ratio",
-    "forget_quality",
-    "forget_Q_A_Prob",
-    "forget_Q_A_ROUGE",
-    "model_utility",
-    "privleak",
-    "extraction_strength",
-)
-MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "wf": "world_facts"}
-
-
-@dataclass(frozen=True)
-class TofuConfig:
-    template: PromptTemplate = PromptTemplate()
-    joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
-    retain: Literal["none", "logs", "model"] = "none"  # where forget quality / privleak's reference comes from
-    max_new_tokens: int = 200
-    k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
 
 
 class _Catalogue(Catalogue):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,10 @@ from pydantic import ValidationError
 from ...engine import Node, Result
 from ...engine.outputs import jsonable
 from ...engine.results import RunResult
-from ...metrics.fairness.lookup import LookupOptions
 from ...metrics.fairness.query import Query
-from ...metrics.fairness.registry import MetricSettings, metric_names, query_nodes, wefe_fields
-from ...metrics.fairness.word_sets import Source, lookup_report
+from ...metrics.fairness.registry import metric_names, query_nodes, wefe_fields
+from ...metrics.fairness.word_sets import lookup_report
+from .config import WeatConfig
 
 GROUP = "WEAT"
 WORD_SETS = Path(__file__).with_name("word_sets.json")
@@ -50,15 +49,6 @@ STANDARD_QUERIES: tuple[str, ...] = (
     "weat9_mental_physical",
     "weat10_young_old_names",
 )
-
-
-@dataclass(frozen=True)
-class WeatConfig:
-    """How the benchmark looks words up, each metric's options, where vectors come from."""
-
-    lookup: LookupOptions = field(default_factory=LookupOptions)
-    settings: MetricSettings = field(default_factory=MetricSettings)
-    source: Source = "embeddings"
 
 
 def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | None = None) -> dict[str, Query]:

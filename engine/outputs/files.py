@@ -5,7 +5,8 @@ tool can read the other's files (e.g. as retain logs). ``run.json`` is read by o
 tools (the renderers, ``evaldag report``); its keys are stable::
 
     {"nodes": {name: {"fingerprint", "status", "seconds", "reason"}},
-     "executor": {...}, "wall_seconds": float, "provenance": {...}}
+     "executor": {...}, "wall_seconds": float, "provenance": {...},
+     "benchmarks": [names]}   # the registered benchmarks that ran (their report sections)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def node_names(result: RunResult) -> dict[str, str]:
     return out
 
 
-def run_json(result: RunResult) -> dict:
+def run_json(result: RunResult, benchmarks: Sequence[str] = ()) -> dict:
     names = node_names(result)
     nodes = {names[k]: rec.to_json() for k, rec in result.records.items()}
     for k, rec in result.records.items():
@@ -69,16 +70,20 @@ def run_json(result: RunResult) -> dict:
             params_changed=v.node.params.model_dump(mode="json", exclude_defaults=True),
             resources=dict(v.resources),
         )
-    return {
+    out = {
         "nodes": nodes,
         "executor": result.executor,
         "wall_seconds": result.wall_seconds,
         "provenance": result.provenance,
     }
+    if benchmarks:  # the registered benchmarks whose report sections draw this folder
+        out["benchmarks"] = list(benchmarks)
+    return out
 
 
-def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None) -> list[Path]:
-    """Write the EVAL/SUMMARY pair per benchmark group, and run.json.
+def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None,
+          benchmarks: Sequence[str] = ()) -> list[Path]:
+    """Write the EVAL/SUMMARY pair per benchmark group, and run.json (which records benchmarks).
 
     Named nodes without a group (a user's own metric added to a benchmark's graph) get
     their own pair, named after the run: ``<BENCH>_`` from ``bench``, or ``RUN_`` when
@@ -96,7 +101,7 @@ def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = Non
         _dump(out / f"{name}_EVAL.json", evals)
         _dump(out / f"{name}_SUMMARY.json", result.summary(g))
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
-    _dump(out / "run.json", run_json(result))
+    _dump(out / "run.json", run_json(result, benchmarks))
     written.append(out / "run.json")
     return written
 

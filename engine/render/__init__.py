@@ -7,8 +7,11 @@ finished run, or a :class:`View` you built yourself::
     from evaldag.engine import render
     render.to_mermaid(nodes)                     # plan view, before any run
     render.to_html("evaldag-out")                # run view, from run.json
-    render.write_report_html(["ckpt1", "ckpt2"], "report.html")
+    render.write_report_html(["ckpt1", "ckpt2"], "report.html", plugins=[...])
 
+The package knows no benchmark: the report page draws the generic parts (metrics,
+graph, run statistics) and the :class:`Section` objects its ``plugins`` hand it;
+``evaldag.engine.benchmark.write_report_html`` passes the benchmarks the runs ran.
 Nothing here needs a system binary or the network; the output is deterministic.
 """
 
@@ -19,9 +22,10 @@ from typing import Any
 
 from .dot import dot_to_svg, to_dot
 from .html import to_html
+from .clusters import GENERIC_SPLITS, Split
 from .layout import count_crossings
 from .mermaid import to_mermaid
-from .report_html import build_report_html, write_report_html
+from .report_html import ReportPlugin, RunFolder, Section, build_report_html, load_run_folder, write_report_html
 from .svg import to_svg
 from .view import EdgeView, NodeView, View, as_view, from_graph, from_run_dir, from_run_result
 
@@ -53,7 +57,7 @@ def render(source: Any, fmt: str, **view_kw: Any) -> str:
 
 
 __all__ = [
-    "FORMATS", "EdgeView", "NodeView", "View", "as_view", "build_report_html", "count_crossings", "dot_to_svg",
-    "from_graph", "from_run_dir", "from_run_result", "render", "to_dot", "to_html", "to_json",
-    "to_mermaid", "to_svg", "write_report_html",
+    "FORMATS", "GENERIC_SPLITS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
+    "as_view", "build_report_html", "count_crossings", "dot_to_svg", "from_graph", "from_run_dir", "from_run_result",
+    "load_run_folder", "render", "to_dot", "to_html", "to_json", "to_mermaid", "to_svg", "write_report_html",
 ]

@@ -1,7 +1,7 @@
 """Which benchmark and which data split each node belongs to: the bands of the drawing.
 
 A TOFU graph has 60-80 nodes; drawn flat it is a hairball. Grouping boxes by benchmark
-and by split (forget, retain, holdout, real authors, world facts) puts the forget-side
+and by split (forget, retain, holdout, and a benchmark's own such as TOFU's real authors) puts the forget-side
 work in one band and the retain-side work in another, so a reader finds a metric by
 where it is. The split is a *guess* from names, bound data resources and params; a node
 that mixes splits (model utility, privleak, an MIA over forget and holdout) gets none.
@@ -10,35 +10,57 @@ that mixes splits (model utility, privleak, an MIA over forget and holdout) gets
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 import networkx as nx
 
 UNNAMED = re.compile(r"\[[0-9a-f]{6}\]$")  # the label the engine gives a node nobody named
-SPLITS = ("forget", "retain", "holdout", "ra", "wf")
-# Band order: nodes without a split mostly mix forget with holdout (MIAs) or retain with
-# the other utility splits (model utility), so they sit between the two families.
-BAND_ORDER = ("forget", "holdout", None, "retain", "ra", "wf")
-SPLIT_TITLES = {"ra": "real authors", "wf": "world facts"}
-_SPLIT_RE = (
-    ("forget", re.compile(r"forget")),
-    ("retain", re.compile(r"retain")),
-    ("holdout", re.compile(r"holdout")),
-    ("ra", re.compile(r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors")),
-    ("wf", re.compile(r"(?:^|[^a-z])wf(?:[^a-z]|$)|world_?facts")),
-)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A data split a benchmark's names and resources mention, and where its band goes.
+
+    ``pattern`` (a regex on lower-case text; default: ``key`` anywhere) finds it in a
+    name; ``rank`` orders the bands top to bottom. Nodes that mix splits (model
+    utility, an MIA over forget and holdout) get none and sit at :data:`MIXED_RANK`, so
+    splits ranked below it come first.
+    """
+
+    key: str
+    title: str = ""
+    pattern: str = ""
+    rank: int = 50
+
+    def search(self, text: str) -> re.Match | None:
+        return re.search(self.pattern or re.escape(self.key), text)
+
+
 _MODEL_LIKE = re.compile(r"model|tokenizer|embedding|vectors|logs")
 _SPLIT_PARAM = re.compile(r"split|subset|data|source")
+MIXED_RANK = 20
+#: the unlearning words every benchmark shares; a benchmark adds its own (``Benchmark.splits``)
+GENERIC_SPLITS: tuple[Split, ...] = (Split("forget", rank=0), Split("holdout", rank=10), Split("retain", rank=30))
 
 
-def guess_split(text: str) -> str | None:
-    """The data split a name points at (``forget_Q_A_Prob`` -> forget, ``ra_Truth_Ratio`` -> ra).
+def split_vocabulary(groups: Iterable[Iterable[Split]] = ()) -> tuple[Split, ...]:
+    """The generic splits plus every benchmark's own (first definition of a key wins)."""
+    out: dict[str, Split] = {s.key: s for s in GENERIC_SPLITS}
+    for group in groups:
+        for s in group:
+            out.setdefault(s.key, s)
+    return tuple(sorted(out.values(), key=lambda s: (s.rank, s.key)))
 
-    The earliest match wins, so ``retain_Truth_Ratio`` is retain although it contains
-    "ra"-like letters; ``ra``/``wf`` only count as whole words.
+
+def guess_split(text: str, splits: Sequence[Split] = GENERIC_SPLITS) -> str | None:
+    """The data split a name points at (``forget_Q_A_Prob`` -> forget).
+
+    The earliest match wins, so with TOFU's splits ``retain_Truth_Ratio`` is retain
+    although it contains "ra"-like letters.
     """
     text = text.lower()
-    hits = [(m.start(), split) for split, rx in _SPLIT_RE for m in [rx.search(text)] if m]
+    hits = [(m.start(), s.key) for s in splits for m in [s.search(text)] if m]
     return min(hits)[1] if hits else None
 
 
@@ -52,19 +74,19 @@ def _one(values: Iterable[Any]) -> Any:
     return s.pop() if len(s) == 1 else None
 
 
-def _own_split(n: Any, unnamed: bool) -> str | None:
+def _own_split(n: Any, unnamed: bool, splits: Sequence[Split]) -> str | None:
     if n.kind == "resource":
-        return None if is_model_like(n.label) else guess_split(n.label)
+        return None if is_model_like(n.label) else guess_split(n.label, splits)
     if not unnamed:
-        hit = _one(s for s in (guess_split(name.split("/")[-1]) for name in n.names) if s)
+        hit = _one(s for s in (guess_split(name.split("/")[-1], splits) for name in n.names) if s)
         if hit:
             return hit
-    data = [guess_split(name) for need, name in n.resources.items() if not is_model_like(need) and not is_model_like(name)]
+    data = [guess_split(name, splits) for need, name in n.resources.items() if not is_model_like(need) and not is_model_like(name)]
     hit = _one(s for s in data if s)
     if hit:
         return hit
     texts = [str(v) for k, v in n.params.items() if _SPLIT_PARAM.search(k) and isinstance(v, str)]
-    return _one(s for s in map(guess_split, texts) if s)
+    return _one(s for s in (guess_split(t, splits) for t in texts) if s)
 
 
 def assign_clusters(view: Any) -> None:
@@ -84,7 +106,7 @@ def assign_clusters(view: Any) -> None:
         if not unnamed[n.id]:
             groups = {name.split("/", 1)[0] if "/" in name else n.group for name in n.names}
             n.group = _one(groups)
-        n.split = _own_split(n, unnamed[n.id])
+        n.split = _own_split(n, unnamed[n.id], view.splits)
     for i in reversed(order):
         n = idx[i]
         kids = [idx[c] for c in g.successors(i)]
@@ -100,7 +122,7 @@ def assign_clusters(view: Any) -> None:
 
 
 def cluster_order(view: Any) -> list[tuple[str | None, str | None]]:
-    """Bands top to bottom: shared first, then benchmarks as they appear; splits in BAND_ORDER."""
+    """Bands top to bottom: shared first, then benchmarks as they appear; splits by rank."""
     groups: list[str | None] = []
     for n in view.nodes:
         if n.group not in groups:
@@ -109,19 +131,22 @@ def cluster_order(view: Any) -> list[tuple[str | None, str | None]]:
     groups = sorted(groups, key=lambda gr: (gr is not None, first[gr]))
     keys = {(n.group, n.split) for n in view.nodes}
 
+    ranks = {s.key: s.rank for s in view.splits}
+
     def split_rank(s: str | None) -> tuple:
-        return (BAND_ORDER.index(s) if s in BAND_ORDER else len(BAND_ORDER), s or "")
+        return (MIXED_RANK if s is None else ranks.get(s, 1000), s or "")
 
     return [(gr, s) for gr in groups for s in sorted({s for g2, s in keys if g2 == gr}, key=split_rank)]
 
 
-def split_title(split: str | None) -> str:
-    return SPLIT_TITLES.get(split, split) if split else ""
+def split_title(split: str | None, splits: Sequence[Split] = GENERIC_SPLITS) -> str:
+    titles = {s.key: s.title for s in splits if s.title}
+    return titles.get(split, split) if split else ""
 
 
 def cluster_title(key: tuple[str | None, str | None], view: Any) -> str:
     group, split = key
-    split_text = split_title(split)
+    split_text = split_title(split, view.splits)
     if group is None:
         shared = any(n.group for n in view.nodes)
         return " · ".join(t for t in ("shared" if shared else None, split_text) if t)

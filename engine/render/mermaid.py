@@ -65,7 +65,7 @@ def to_mermaid(source: Any, *, direction: str = "LR", **view_kw: Any) -> str:
             out.append(f'    subgraph g{gi}["{_text(group)}"]')
             indent = "        "
         for si, key in enumerate(keys):
-            title = cluster_title(key, view) if group is None else split_title(key[1])
+            title = cluster_title(key, view) if group is None else split_title(key[1], view.splits)
             inner = indent
             if title:
                 out.append(f'{indent}subgraph g{gi}s{si}["{_text(title)}"]')

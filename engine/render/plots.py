@@ -44,7 +44,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
-def _tick_text(v: float) -> str:
+def tick_text(v: float) -> str:
     return f"{v:.3g}" if v != 0 else "0"
 
 
@@ -95,7 +95,7 @@ class _Frame:
     def y(self, v: float) -> float:
         return self.h - PAD_B - (v - self.y_lo) / (self.y_hi - self.y_lo or 1.0) * (self.h - self.top - PAD_B)
 
-    def axes(self, xticks: list[float], yticks: list[float], xlabel: str, ylabel: str, xfmt=_tick_text, yfmt=_tick_text) -> list[str]:
+    def axes(self, xticks: list[float], yticks: list[float], xlabel: str, ylabel: str, xfmt=tick_text, yfmt=tick_text) -> list[str]:
         out, x0, x1, y0 = [], PAD_L, self.w - self.right, self.h - PAD_B
         for t in yticks:
             y = self.y(t)
@@ -113,14 +113,14 @@ class _Frame:
         return out
 
 
-def _open(kind: str, title: str, w: float = W, h: float = H) -> list[str]:
+def svg_open(kind: str, title: str, w: float = W, h: float = H) -> list[str]:
     return [f'<svg xmlns="http://www.w3.org/2000/svg" class="ed-plot" data-plot="{escape(kind)}" width="{w:.0f}" '
             f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" font-family="Helvetica, Arial, sans-serif" role="img" '
             f'aria-label="{escape(title)}"><title>{escape(title)}</title>',
             f'<text x="12" y="16" font-size="12.5" font-weight="bold" fill="#0f172a">{escape(title)}</text>']
 
 
-def _legend(items: list[tuple[str, str]], x: float, y: float, swatch: str = "box") -> list[str]:
+def legend(items: list[tuple[str, str]], x: float, y: float, swatch: str = "box") -> list[str]:
     """One legend entry per line, from (x, y) down."""
     out = []
     for i, (text, color) in enumerate(items):
@@ -160,13 +160,13 @@ def histogram_svg(series: list[tuple[str, Sequence[float]]], *, title: str, xlab
     shares = [[c / len(vals) for c in bin_counts(vals, lo, hi, bins)] for _, vals in data]
     top = max(max(sh) for sh in shares)
     fr = _Frame(lo, hi, 0.0, top * 1.08, top=PAD_T + 14 * (len(data) - 1))
-    out = _open(kind, title)
-    xfmt = (lambda t: f"1e{t:g}") if log else _tick_text
+    out = svg_open(kind, title)
+    xfmt = (lambda t: f"1e{t:g}") if log else tick_text
     xticks = [t for t in nice_ticks(lo, hi) if lo <= t <= hi]
     out += fr.axes(xticks, nice_ticks(0, top * 1.05, 4), ("log10 " if log else "") + xlabel, "share of items",
                    xfmt=xfmt, yfmt=lambda t: f"{t * 100:.0f}%")
     width = (hi - lo) / bins
-    legend = []
+    entries = []
     for si, ((label, vals), share) in enumerate(zip(data, shares)):
         color = PALETTE[si % len(PALETTE)]
         d = [f"M{fr.x(lo):.1f},{fr.y(0):.1f}"]
@@ -178,8 +178,8 @@ def histogram_svg(series: list[tuple[str, Sequence[float]]], *, title: str, xlab
         tip = f"{label}: n={len(vals)}, {what} {mean:.4g}"
         out.append(f'<path class="ed-series" d="{" ".join(d)}" fill="{color}" fill-opacity="0.22" stroke="{color}" '
                    f'stroke-width="1.5"><title>{escape(tip)}</title></path>')
-        legend.append((f"{label} (n={len(vals)}, {what} {mean:.3g})", color))
-    out += _legend(legend, PAD_L, 34.0)
+        entries.append((f"{label} (n={len(vals)}, {what} {mean:.3g})", color))
+    out += legend(entries, PAD_L, 34.0)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -192,18 +192,18 @@ def roc_svg(curves: list[tuple[str, list[float], list[float], float]], *, title:
     legend_w = 30 + max(len(f"{c[0]} · AUC 0.000") for c in curves) * 5.7
     w, h = PAD_L + side + legend_w, 30 + side + PAD_B
     fr = _Frame(0.0, 1.0, 0.0, 1.0, w=w, h=h, top=30.0, right=legend_w)
-    out = _open(kind, title, w, h)
+    out = svg_open(kind, title, w, h)
     ticks = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     out += fr.axes(ticks, ticks, "false positive rate", "true positive rate")
     out.append(f'<line x1="{fr.x(0):.1f}" y1="{fr.y(0):.1f}" x2="{fr.x(1):.1f}" y2="{fr.y(1):.1f}" stroke="#cbd5e1" '
                'stroke-dasharray="4 4"/>')
-    legend = []
+    entries = []
     for ci, (label, fpr, tpr, auc) in enumerate(curves):
         color = PALETTE[ci % len(PALETTE)]
         pts = " ".join(f"{fr.x(a):.1f},{fr.y(b):.1f}" for a, b in zip(fpr, tpr))
         out.append(f'<polyline class="ed-series" points="{pts}" fill="none" stroke="{color}" stroke-width="1.8" '
                    f'stroke-opacity="0.9"><title>{escape(label)}: AUC {auc:.4f}</title></polyline>')
-        legend.append((f"{label} · AUC {auc:.3f}", color))
-    out += _legend(legend, fr.x(1) + 14, fr.top + 10, swatch="line")
+        entries.append((f"{label} · AUC {auc:.3f}", color))
+    out += legend(entries, fr.x(1) + 14, fr.top + 10, swatch="line")
     out.append("</svg>")
     return "\n".join(out)

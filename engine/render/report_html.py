@@ -11,18 +11,37 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html import escape
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Protocol, Sequence, Union
 
-from .clusters import guess_split
-from .fairness_html import covered_summary_keys, fairness_section
+from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
-from .plots import histogram_svg, roc_curve, roc_svg
 from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
 
-_PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the report page, drawn by whoever knows the data (usually a benchmark).
+
+    Sections are placed by ``order`` (Metrics is 10, Graph 80, Run statistics 90) and
+    get ``<h2 id=id>title</h2>`` and a link in the page's navigation; sections sharing
+    an ``id`` are drawn under one heading (identical ones once). ``covers`` names the
+    SUMMARY keys per benchmark group that the section already shows: the metrics table
+    leaves them out and says so with ``covers_note`` (``{n}`` = how many).
+    """
+
+    title: str
+    html: str
+    order: int = 50
+    id: str = ""
+    covers: dict = field(default_factory=dict)  # group -> set of SUMMARY keys
+    covers_note: str = ""
+
+    @property
+    def anchor(self) -> str:
+        return self.id or re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")
 
 
 @dataclass
@@ -72,27 +91,21 @@ def _titles(runs: list[RunFolder]) -> None:
         r.title = name
 
 
-def _vbi(entry: Any, field_name: str) -> list:
-    vbi = entry.get("value_by_index") if isinstance(entry, dict) else None
-    if not isinstance(vbi, dict):
-        return []
-    keys = sorted(vbi, key=lambda k: (len(k), k))
-    return [vbi[k].get(field_name) if isinstance(vbi[k], dict) else None for k in keys]
-
-
 # ---------------------------------------------------------------------- sections
-def metrics_section(runs: list[RunFolder]) -> str:
-    """One table per benchmark: rows are metrics, columns are runs; headline rows first."""
+def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = GENERIC_SPLITS) -> str:
+    """One table per benchmark: rows are metrics, columns are runs; headline rows first.
+
+    SUMMARY keys a section already shows (its ``covers``) are left out, with its note.
+    """
     out = []
     for bench in sorted({b for r in runs for b in list(r.evals) + list(r.summaries)}):
-        # WEAT's SUMMARY is "query/METRIC": the Embedding fairness table shows each of those
-        # numbers once, as a query x metric grid; listing them here too would only repeat it
-        shown = covered_summary_keys(runs, bench)
+        covering = [s for s in sections if s.covers.get(bench)]
+        shown = {k for s in covering for k in s.covers[bench]}
         head = sorted({k for r in runs for k in r.summaries.get(bench, {})} - shown)
         rest = sorted({k for r in runs for k, v in r.evals.get(bench, {}).items() if headline(v) is not None} - set(head))
         if shown:
-            out.append(f'<h3>{escape(bench)}</h3><p class="ed-muted">Its {len(shown)} headline numbers (query/metric) are '
-                       'in the <a href="#fairness">Embedding fairness</a> table: one row per query, one column per metric.</p>')
+            notes = "".join(s.covers_note.format(n=len(s.covers[bench])) for s in covering)
+            out.append(f'<h3>{escape(bench)}</h3><p class="ed-muted">{notes}</p>')
             if not head + rest:
                 continue
         rows = []
@@ -104,7 +117,8 @@ def metrics_section(runs: list[RunFolder]) -> str:
                     val = headline(r.evals.get(bench, {}).get(name))
                 cells.append(num_cell(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None))
             cls = "ed-headline" if name in head else ""
-            rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(guess_split(name) or "")}</td>{"".join(cells)}</tr>')
+            split = guess_split(name, splits)
+            rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
         cols = "".join(f'<th class="ed-num" title="{escape(str(r.path))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
@@ -116,74 +130,13 @@ def metrics_section(runs: list[RunFolder]) -> str:
            "Click a column to sort.</p>" + "".join(out)
 
 
-def _mia_curves(evals: dict) -> tuple[list, list[str]]:
-    curves, notes = [], []
-    for name in sorted(evals):
-        e = evals[name]
-        if not (isinstance(e, dict) and isinstance(e.get("forget"), dict) and isinstance(e.get("holdout"), dict)):
-            continue
-        roc = roc_curve(_vbi(e["forget"], "score"), _vbi(e["holdout"], "score"))
-        if roc is None:
-            continue
-        fpr, tpr, auc = roc
-        curves.append((name, fpr, tpr, auc))
-        stored = e.get("auc", e.get("agg_value"))
-        if isinstance(stored, (int, float)) and abs(stored - auc) > 1e-6:
-            notes.append(f"{name}: AUC from the scores {auc:.4f} differs from the stored {stored:.4f}")
-    return curves, notes
-
-
-def plot_cards(run: RunFolder) -> dict[str, list[str]]:
-    """Plot kind -> SVG cards for one run (a kind is missing when its data is)."""
-    cards: dict[str, list[str]] = {}
-    for bench, evals in sorted(run.evals.items()):
-        prefix = f"{run.title} · {bench}"
-        tr = [(n, _vbi(e, "score")) for n, e in sorted(evals.items())
-              if "truth_ratio" in n.lower() and guess_split(n) in ("forget", "retain")]
-        svg = histogram_svg(tr, title=f"{prefix}: truth ratio, forget vs retain", xlabel="truth ratio (per item)",
-                            kind="truth-ratio")
-        if svg:
-            cards.setdefault("truth-ratio", []).append(svg)
-        curves, notes = _mia_curves(evals)
-        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC")
-        if svg:
-            cards.setdefault("roc", []).append(svg + "".join(f'<p class="ed-warn">{escape(t)}</p>' for t in notes))
-        probs = [(n, _vbi(e, "prob")) for n, e in sorted(evals.items()) if _PROB.match(n)]
-        svg = histogram_svg(probs, title=f"{prefix}: answer probability per item", xlabel="P(answer | question)",
-                            kind="prob", lo=0.0, hi=1.0, bins=25, log=False)
-        if svg:
-            cards.setdefault("prob", []).append(svg)
-    return cards
-
-
-PLOT_TITLES = {
-    "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget."),
-    "roc": ("Membership inference", "ROC of each attack's per-item scores: forget items are members, holdout items "
-            "non-members, a higher score says non-member. AUC near 0.5: the attack cannot tell forget from holdout."),
-    "prob": ("Answer probability", "Length-normalised probability of the gold answer, per item."),
-}
-
-
-def plots_section(runs: list[RunFolder], fairness: bool = False) -> str:
-    per_run = [plot_cards(r) for r in runs]
-    out = []
-    for kind, (title, lead) in PLOT_TITLES.items():
-        cards = [c for pr in per_run for c in pr.get(kind, [])]
-        if cards:
-            out.append(f'<h3>{title}</h3><p class="ed-muted">{lead}</p><div class="ed-plots">'
-                       + "".join(f'<div class="ed-plot-card">{c}</div>' for c in cards) + "</div>")
-    if not out and fairness:
-        return '<p class="ed-muted">No per-item data to plot; the per-word bars are under <a href="#fairness">Embedding fairness</a>.</p>'
-    return "".join(out) or '<p class="ed-muted">No per-item data to plot.</p>'
-
-
-def graphs_section(runs: list[RunFolder]) -> str:
+def graphs_section(runs: list[RunFolder], splits: Sequence[Split] = GENERIC_SPLITS) -> str:
     out = []
     for i, r in enumerate(runs):
         if r.run is None:
             out.append(f'<p class="ed-muted">{escape(r.title)}: no run.json (not an evaldag run), no graph.</p>')
             continue
-        body = graph_section(from_run_dir(r.path, title=f"{r.title}: run graph"), id_prefix=f"ed{i}")
+        body = graph_section(from_run_dir(r.path, title=f"{r.title}: run graph", splits=splits), id_prefix=f"ed{i}")
         if i == 0 or len(runs) == 1:
             out.append(f"<h3>{escape(r.title)}</h3>{body}")
         else:
@@ -267,30 +220,60 @@ def stats_section(runs: list[RunFolder]) -> str:
 
 
 # ---------------------------------------------------------------------- the page
-def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report") -> str:
+class ReportPlugin(Protocol):
+    """What draws part of the page: a benchmark (``evaldag.engine.benchmark.Benchmark``) is one."""
+
+    splits: Sequence[Split]
+
+    def report_sections(self, runs: list[RunFolder]) -> list[Section]: ...
+
+
+Plugins = Union[Sequence[ReportPlugin], Callable[[list[RunFolder]], Sequence[ReportPlugin]], None]
+
+
+def _merge(sections: list[Section]) -> list[Section]:
+    """Sections sharing an anchor under one heading (identical ones once), in ``order``."""
+    merged: dict[str, Section] = {}
+    for s in sorted(sections, key=lambda s: s.order):
+        have = merged.get(s.anchor)
+        if have is None:
+            merged[s.anchor] = s
+        elif s.html not in have.html:
+            merged[s.anchor] = replace(have, html=have.html + s.html, covers={**have.covers, **s.covers})
+    return sorted(merged.values(), key=lambda s: s.order)
+
+
+def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
+                      plugins: Plugins = None) -> str:
+    """The page for ``out_dirs``: Metrics, the ``plugins``' sections, Graph, Run statistics.
+
+    ``plugins`` (or a function of the loaded runs that returns them) supply their own
+    sections and data-split names; ``evaldag.engine.benchmark.build_report_html`` passes
+    the benchmarks the runs ran.
+    """
     runs = [load_run_folder(p) for p in out_dirs]
     if not runs:
         raise ValueError("give at least one output folder")
     _titles(runs)
+    found = list((plugins(runs) if callable(plugins) else plugins) or [])
+    splits = split_vocabulary(p.splits for p in found)
+    extra = _merge([s for p in found for s in p.report_sections(runs)])
     benches = sorted({b for r in runs for b in r.evals})
-    fairness = fairness_section(runs)
-    nav = ('<nav class="ed-nav"><a href="#metrics">Metrics</a>'
-           + ('<a href="#fairness">Embedding fairness</a>' if fairness else "")
-           + '<a href="#plots">Plots</a><a href="#graph">Graph</a><a href="#stats">Run statistics</a></nav>')
-    body = [nav, chips([("runs", len(runs)), ("benchmarks", ", ".join(benches) or "none")]),
-            '<h2 id="metrics">Metrics</h2>', metrics_section(runs)]
-    if fairness:
-        body += ['<h2 id="fairness">Embedding fairness</h2>', fairness]
-    body += ['<h2 id="plots">Plots</h2>', plots_section(runs, bool(fairness)),
-             '<h2 id="graph">Graph</h2>', graphs_section(runs),
-             '<h2 id="stats">Run statistics</h2>', stats_section(runs)]
+    sections = _merge([Section("Metrics", metrics_section(runs, extra, splits), order=10, id="metrics"), *extra,
+                       Section("Graph", graphs_section(runs, splits), order=80, id="graph"),
+                       Section("Run statistics", stats_section(runs), order=90, id="stats")])
+    nav = '<nav class="ed-nav">' + "".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections) + "</nav>"
+    body = [nav, chips([("runs", len(runs)), ("benchmarks", ", ".join(benches) or "none")])]
+    for s in sections:
+        body += [f'<h2 id="{s.anchor}">{escape(s.title)}</h2>', s.html]
     subtitle = " · ".join(r.title + (f" ({r.subtitle})" if r.subtitle else "") for r in runs)
     return page(title, "\n".join(body), subtitle=subtitle)
 
 
-def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *, title: str = "evaldag report") -> Path:
+def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *, title: str = "evaldag report",
+                      plugins: Plugins = None) -> Path:
     """Write ``report.html`` for ``out_dirs`` (atomically) and return its path."""
-    html_text = build_report_html(list(out_dirs), title=title)
+    html_text = build_report_html(list(out_dirs), title=title, plugins=plugins)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")

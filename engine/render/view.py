@@ -20,11 +20,14 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import networkx as nx
 
-from .clusters import UNNAMED, assign_clusters
+from ..cache import Cache
+from ..graph import Graph
+from ..results import RunResult
+from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
 
 STATUSES = ("planned", "cached", "computed", "failed", "skipped", "input")
 
@@ -122,6 +125,7 @@ class View:
     mode: str  # "plan" | "run"
     title: str = "evaldag graph"
     meta: dict = field(default_factory=dict)  # executor, wall_seconds, provenance (run view)
+    splits: tuple[Split, ...] = GENERIC_SPLITS  # the data-split names the bands use
 
     def node(self, node_id: str) -> NodeView:
         return self.index()[node_id]
@@ -187,23 +191,23 @@ def _display(group: str | None, name: str) -> str:
     return f"{group}/{name}" if group else name
 
 
-def _finish(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict) -> View:
-    view = View(nodes, edges, mode, title, meta)
+def _finish(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
+            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    view = View(nodes, edges, mode, title, meta, tuple(splits))
     assign_clusters(view)
     return view
 
 
 # ---------------------------------------------------------------------- plan view
 def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, values: dict | None = None,
-               show_resources: bool = False, title: str | None = None, meta: dict | None = None) -> View:
+               show_resources: bool = False, title: str | None = None, meta: dict | None = None,
+               splits: Sequence[Split] = GENERIC_SPLITS) -> View:
     """A view of an engine Graph: the plan, or a run when ``records``/``values`` are given.
 
     ``store`` (a Store or a folder) marks nodes whose fingerprint it already holds as
     ``cached``; that needs fingerprints, i.e. ``graph.fingerprint(resources)`` first.
     """
     if store is not None and not hasattr(store, "has"):
-        from ..cache import Cache  # render is a leaf; the cache is only read when a folder is given
-
         store = Cache(store).nodes
     order = graph.order()
     ids = {v.key: f"n{i}" for i, v in enumerate(order)}
@@ -234,7 +238,7 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
         providers = getattr(getattr(graph, "registry", None), "providers", {}) or {}
         _add_resource_nodes(nodes, edges, providers)
     mode = "run" if records else "plan"
-    return _finish(nodes, edges, mode, title or f"evaldag {mode}", meta or {})
+    return _finish(nodes, edges, mode, title or f"evaldag {mode}", meta or {}, splits)
 
 
 def _add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers: dict) -> None:
@@ -266,7 +270,8 @@ def _add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers:
 
 
 # ---------------------------------------------------------------------- run view
-def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None) -> View:
+def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None,
+                    splits: Sequence[Split] = GENERIC_SPLITS) -> View:
     """The run view of a RunResult still in memory (values read from the store if needed)."""
     values = {}
     for v in result.graph.order():
@@ -279,7 +284,7 @@ def from_run_result(result: Any, *, show_resources: bool = False, title: str | N
                 values[v.key] = entry.value if entry is not None else None
     meta = {"executor": result.executor, "wall_seconds": result.wall_seconds, "provenance": result.provenance}
     return from_graph(result.graph, records=result.records, values=values, show_resources=show_resources,
-                      title=title or "evaldag run", meta=meta)
+                      title=title or "evaldag run", meta=meta, splits=splits)
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -297,7 +302,8 @@ def read_evals(folder: Path) -> dict[str, dict]:
     return out
 
 
-def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None) -> View:
+def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None,
+                 splits: Sequence[Split] = GENERIC_SPLITS) -> View:
     """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``)."""
     folder = Path(folder)
     if folder.is_file():
@@ -344,7 +350,7 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
     if show_resources:
         _add_resource_nodes(nodes, edges, {})
     meta = {k: run.get(k) for k in ("executor", "wall_seconds", "provenance") if k in run}
-    return _finish(nodes, edges, "run", title or f"evaldag run: {folder.name}", meta)
+    return _finish(nodes, edges, "run", title or f"evaldag run: {folder.name}", meta, splits)
 
 
 def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float | None:
@@ -356,19 +362,21 @@ def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float |
 
 
 # ---------------------------------------------------------------------- dispatch
-def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None) -> View:
-    """Anything drawable -> View: a View, a Graph, a RunResult, a run folder, or configured metrics."""
-    from ..graph import Graph
-    from ..results import RunResult
+def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
+            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    """Anything drawable -> View: a View, a Graph, a RunResult, a run folder, or configured metrics.
 
+    ``splits``: the data-split names the bands use (a benchmark's ``splits`` added to the generic ones).
+    """
+    kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, View):
         return source
     if isinstance(source, RunResult):
-        return from_run_result(source, show_resources=show_resources, title=title)
+        return from_run_result(source, **kw)
     if isinstance(source, Graph):
-        return from_graph(source, store=store, show_resources=show_resources, title=title)
+        return from_graph(source, store=store, **kw)
     if isinstance(source, (str, os.PathLike)):
-        return from_run_dir(source, show_resources=show_resources, title=title)
+        return from_run_dir(source, **kw)
     if isinstance(source, Iterable):
-        return from_graph(Graph(list(source)), store=store, show_resources=show_resources, title=title)
+        return from_graph(Graph(list(source)), store=store, **kw)
     raise TypeError(f"cannot draw {type(source).__name__}: give a Graph, a RunResult, a run folder or metrics")

@@ -1,4 +1,4 @@
-"""The run report's "Embedding fairness" section: WEFE's metrics per query, per-word bars.
+"""WEAT's section of the run report, "Embedding fairness": WEFE's metrics per query, per-word bars.
 
 Built from ``WEAT_EVAL.json`` (``{query_id: {METRIC: {WEFE's result fields}}}``, see
 benchmarks/weat/spec.py) and, when it is there, ``WEAT_LOOKUP.json`` (the words each set
@@ -17,11 +17,11 @@ import re
 from html import escape
 from typing import Any, Callable
 
-from .plots import _legend, _open, _tick_text, nice_ticks
-from .view import fmt_num, read_json
-
-#: WEFE's metrics, in the order of ``evaldag.metrics.fairness.graph_build.METRICS``
-FAIRNESS_METRICS: tuple[str, ...] = ("WEAT", "RND", "RNSB", "MAC", "ECT", "RIPA")
+from ...engine.render.plots import legend as plot_legend
+from ...engine.render.plots import nice_ticks, svg_open, tick_text
+from ...engine.render.report_html import Section
+from ...engine.render.view import fmt_num, read_json
+from ...metrics.fairness.registry import metric_names
 #: colour of target set 1, 2, ... (blue / amber tell apart for most colour-blind readers)
 SET_COLORS = ("#2563eb", "#d97706", "#16a34a", "#7c3aed", "#0891b2", "#db2777")
 GREY = "#94a3b8"
@@ -42,7 +42,7 @@ def fairness_evals(run: Any) -> dict[str, dict]:
     """``{bench: its EVAL}`` for the EVAL files of WEAT_EVAL.json's shape in a run folder."""
     out = {}
     for bench, ev in run.evals.items():
-        if ev and all(isinstance(q, dict) and q and all(m in FAIRNESS_METRICS and isinstance(f, dict) for m, f in q.items())
+        if ev and all(isinstance(q, dict) and q and all(m in metric_names() and isinstance(f, dict) for m, f in q.items())
                       for q in ev.values()):
             out[bench] = ev
     return out
@@ -150,13 +150,13 @@ def word_bars_svg(rows: list[tuple[str, float, str, str]], *, title: str, kind: 
     def x(v: float) -> float:
         return label_w + (min(max(v, lo), hi) - lo) / (hi - lo) * plot_w
 
-    out = _open(kind, title, w, h)
-    out += _legend(list(legend), 12.0, 34.0)
+    out = svg_open(kind, title, w, h)
+    out += plot_legend(list(legend), 12.0, 34.0)
     y_end = top + ROW * len(rows)
     for t in [t for t in nice_ticks(lo, hi, 4) if lo <= t <= hi]:
         out.append(f'<line x1="{x(t):.1f}" y1="{top - 2:.1f}" x2="{x(t):.1f}" y2="{y_end:.1f}" stroke="#eef2f7"/>')
         out.append(f'<text x="{x(t):.1f}" y="{y_end + 13:.1f}" text-anchor="middle" font-size="10" fill="#64748b">'
-                   f"{escape(_tick_text(t))}</text>")
+                   f"{escape(tick_text(t))}</text>")
     out.append(f'<text x="{min(max(label_w + plot_w / 2, 3.0 * len(xlabel) + 6), w - 3.0 * len(xlabel) - 6):.1f}" '
                f'y="{h - 8:.1f}" text-anchor="middle" font-size="10.5" fill="#334155">{escape(xlabel)}</text>')
     base = lo if dots else min(max(0.0, lo), hi)
@@ -331,7 +331,7 @@ def fairness_section(runs: list) -> str:
     for bench in benches:
         have = [(r, fe[bench], _lookup(r, bench)) for r, fe in per_run if bench in fe]
         qids = list(dict.fromkeys(q for _, ev, _ in have for q in ev))
-        metrics = [m for m in FAIRNESS_METRICS if any(m in ev.get(q, {}) for _, ev, _ in have for q in qids)]
+        metrics = [m for m in metric_names() if any(m in ev.get(q, {}) for _, ev, _ in have for q in qids)]
         has_p = any("p_value" in ev.get(q, {}).get("WEAT", {}) for _, ev, _ in have for q in qids)
         # a column per (metric, run), left out where that run has no value for any query
         cols = [(c, ev, r) for c in _columns(metrics, has_p) for r, ev, _ in have
@@ -379,3 +379,17 @@ def _query_block(bench: str, qid: str, name: str, have: list, open_: bool) -> st
     return (f'<details class="ed-more ed-fair-q" id="{_anchor(bench, qid)}" data-query="{escape(qid)}"'
             f'{" open" if open_ else ""}><summary>{escape(qid)}{" · " + escape(name) if name else ""}'
             f'{"" if n_charts else " <small>(no per-word values)</small>"}</summary>{"".join(body)}</details>')
+
+
+COVERS_NOTE = ('Its {n} headline numbers (query/metric) are in the <a href="#fairness">Embedding fairness</a> table: '
+               "one row per query, one column per metric.")
+
+
+def report_sections(runs: list) -> list[Section]:
+    """The "Embedding fairness" section (none when no run has a WEAT_EVAL.json-shaped file)."""
+    html = fairness_section(runs)
+    if not html:
+        return []
+    benches = {b for r in runs for b in fairness_evals(r)}
+    covers = {b: frozenset(covered_summary_keys(runs, b)) for b in benches}
+    return [Section("Embedding fairness", html, order=20, id="fairness", covers=covers, covers_note=COVERS_NOTE)]

@@ -1,0 +1,32 @@
+"""What a MUSE run reads: the config a Python user builds and ``evaldag run muse`` fills in."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..common import RetainOptions
+
+DEFAULT_METRICS = ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbmem_ROUGE", "privleak", "extraction_strength")
+MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
+
+
+class MuseConfig(RetainOptions):
+    """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings.
+
+    ``forget_icl`` / ``retain_icl`` are the knowmem few-shot (question, answer) rows; left
+    empty, ``build`` reads them from the data (``plan`` draws the graph without them).
+    """
+
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    data: str | None = None  # a folder in MUSE's layout; default: the hub id of ``split``
+    split: Literal["News", "Books"] = "News"
+    forget_icl: tuple[tuple[str, str], ...] = ()
+    retain_icl: tuple[tuple[str, str], ...] = ()
+    knowmem_new_tokens: int = 32
+    verbmem_new_tokens: int = 128
+    k: float = 0.4
+
+    @property
+    def source(self) -> str:
+        """The data folder, or MUSE's hub id for ``split``."""
+        return self.data or f"muse-bench/MUSE-{self.split}"

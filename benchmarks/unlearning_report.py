@@ -1,0 +1,90 @@
+"""The "Plots" section TOFU and MUSE share: truth ratio, membership-inference ROC, answer probability.
+
+Drawn from open-unlearning's EVAL shape (``value_by_index`` per item; an MIA's
+``forget`` / ``holdout`` sides with per-item ``score``), so it also draws folders that
+open-unlearning wrote. Both benchmarks hand the page the same section (drawn from every
+EVAL file of that shape); the page shows it once.
+"""
+
+from __future__ import annotations
+
+import re
+from html import escape
+from typing import Any
+
+from ..engine.render.clusters import guess_split
+from ..engine.render.plots import histogram_svg, roc_curve, roc_svg
+from ..engine.render.report_html import RunFolder, Section
+
+_PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
+
+PLOT_TITLES = {
+    "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget."),
+    "roc": ("Membership inference", "ROC of each attack's per-item scores: forget items are members, holdout items "
+            "non-members, a higher score says non-member. AUC near 0.5: the attack cannot tell forget from holdout."),
+    "prob": ("Answer probability", "Length-normalised probability of the gold answer, per item."),
+}
+
+
+def per_item(entry: Any, field_name: str) -> list:
+    """``entry["value_by_index"][i][field_name]`` in index order (None where missing)."""
+    vbi = entry.get("value_by_index") if isinstance(entry, dict) else None
+    if not isinstance(vbi, dict):
+        return []
+    keys = sorted(vbi, key=lambda k: (len(k), k))
+    return [vbi[k].get(field_name) if isinstance(vbi[k], dict) else None for k in keys]
+
+
+def mia_curves(evals: dict) -> tuple[list, list[str]]:
+    curves, notes = [], []
+    for name in sorted(evals):
+        e = evals[name]
+        if not (isinstance(e, dict) and isinstance(e.get("forget"), dict) and isinstance(e.get("holdout"), dict)):
+            continue
+        roc = roc_curve(per_item(e["forget"], "score"), per_item(e["holdout"], "score"))
+        if roc is None:
+            continue
+        fpr, tpr, auc = roc
+        curves.append((name, fpr, tpr, auc))
+        stored = e.get("auc", e.get("agg_value"))
+        if isinstance(stored, (int, float)) and abs(stored - auc) > 1e-6:
+            notes.append(f"{name}: AUC from the scores {auc:.4f} differs from the stored {stored:.4f}")
+    return curves, notes
+
+
+def plot_cards(run: RunFolder) -> dict[str, list[str]]:
+    """Plot kind -> SVG cards for one run (a kind is missing when its data is)."""
+    cards: dict[str, list[str]] = {}
+    for bench, evals in sorted(run.evals.items()):
+        prefix = f"{run.title} · {bench}"
+        tr = [(n, per_item(e, "score")) for n, e in sorted(evals.items())
+              if "truth_ratio" in n.lower() and guess_split(n) in ("forget", "retain")]
+        svg = histogram_svg(tr, title=f"{prefix}: truth ratio, forget vs retain", xlabel="truth ratio (per item)",
+                            kind="truth-ratio")
+        if svg:
+            cards.setdefault("truth-ratio", []).append(svg)
+        curves, notes = mia_curves(evals)
+        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC")
+        if svg:
+            cards.setdefault("roc", []).append(svg + "".join(f'<p class="ed-warn">{escape(t)}</p>' for t in notes))
+        probs = [(n, per_item(e, "prob")) for n, e in sorted(evals.items()) if _PROB.match(n)]
+        svg = histogram_svg(probs, title=f"{prefix}: answer probability per item", xlabel="P(answer | question)",
+                            kind="prob", lo=0.0, hi=1.0, bins=25, log=False)
+        if svg:
+            cards.setdefault("prob", []).append(svg)
+    return cards
+
+
+def plots_html(runs: list[RunFolder]) -> str:
+    per_run = [plot_cards(r) for r in runs]
+    out = []
+    for kind, (title, lead) in PLOT_TITLES.items():
+        cards = [c for pr in per_run for c in pr.get(kind, [])]
+        if cards:
+            out.append(f'<h3>{title}</h3><p class="ed-muted">{lead}</p><div class="ed-plots">'
+                       + "".join(f'<div class="ed-plot-card">{c}</div>' for c in cards) + "</div>")
+    return "".join(out) or '<p class="ed-muted">No per-item data to plot.</p>'
+
+
+def report_sections(runs: list[RunFolder]) -> list[Section]:
+    return [Section("Plots", plots_html(runs), order=30, id="plots")]

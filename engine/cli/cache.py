@@ -1,0 +1,87 @@
+"""``evaldag cache info|ls|explain|verify|clear|prune``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from ..cache import Cache
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    c = sub.add_parser("cache", help="inspect or clean the cache")
+    c.add_argument("action", choices=["info", "ls", "explain", "verify", "clear", "prune"])
+    c.add_argument("fingerprint", nargs="?", help="for explain: a fingerprint or prefix, a node name or an id like qa_stats[216cdb]")
+    c.add_argument("--cache-dir", default=None)
+    c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
+    c.add_argument("--yes", action="store_true", help="for clear: do not ask")
+    return c
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not m:
+        raise SystemExit(f"evaldag: --older-than wants e.g. 30d, 12h, 45m, 10s; got {text!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd(args: argparse.Namespace) -> int:
+    cache = Cache(args.cache_dir)
+    store = cache.nodes
+    if args.action == "info":
+        print(json.dumps(cache.info(), indent=2))
+    elif args.action == "ls":
+        for p in store.entries():
+            entry = store.get(p.stem)
+            meta = entry.meta if entry else {}
+            print(f"{p.stem[:16]}  {p.stat().st_size:>10d}  {meta.get('node', '?')}")
+    elif args.action == "explain":
+        if not args.fingerprint:
+            raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
+        return explain(store, args.fingerprint)
+    elif args.action == "verify":
+        bad = cache.verify()
+        for b in bad:
+            print(f"corrupt: {b}")
+        print(f"{len(list(store.entries()))} entries, {len(bad)} corrupt")
+        return 1 if bad else 0
+    elif args.action == "clear":
+        if not args.yes and sys.stdin.isatty():
+            if input(f"delete {cache.root}? [y/N] ").strip().lower() != "y":
+                return 1
+        cache.clear()
+        print(f"cleared {cache.root}")
+    elif args.action == "prune":
+        if not args.older_than:
+            raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
+        n = cache.prune(duration(args.older_than))
+        print(f"pruned {n} entries")
+    return 0
+
+
+def explain(store, what: str) -> int:
+    """Print what a stored node is made of; ``what`` is a fingerprint prefix or a name as runs print it.
+
+    Names are matched against the name each entry was stored under: a display name
+    (``forget_truth_ratio``, ``TOFU/forget_truth_ratio``) or the id of an unnamed node
+    (``qa_stats[216cdb]``). A name stored by several runs (e.g. on several models) shows
+    the newest entry and lists the others.
+    """
+    hits = store.find(what) if re.fullmatch(r"[0-9a-f]+", what) else []
+    if len(hits) > 1:
+        print(f"evaldag: {len(hits)} entries match {what!r}", file=sys.stderr)
+        return 2
+    entries = [e for e in map(store.get, hits) if e is not None]
+    if not entries:
+        names = {what, what.split("/", 1)[-1]}  # the store keeps the name without its group
+        entries = [e for e in (store.get(p.stem) for p in store.entries()) if e is not None and e.meta.get("node") in names]
+        entries.sort(key=lambda e: e.meta.get("written_at", 0.0), reverse=True)
+    if not entries:
+        print(f"evaldag: no cache entry has the fingerprint or name {what!r}", file=sys.stderr)
+        return 2
+    for other in entries[1:]:
+        print(f"evaldag: also stored under {what!r}: {other.fingerprint} (older)", file=sys.stderr)
+    print(json.dumps(entries[0].meta, indent=2, sort_keys=True))
+    return 0

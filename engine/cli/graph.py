@@ -1,0 +1,96 @@
+"""``evaldag graph``: draw a benchmark's plan before a run, or a finished run.
+
+Drawing a plan never loads a model: a benchmark's ``plan`` only declares nodes, and
+``build``'s lazy resources are touched (to fingerprint them, not to load weights) only
+when ``--cache-dir`` asks which nodes the store already holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..benchmark import BENCHMARKS, Benchmark, benchmarks_of, splits_of
+from ..cache import Cache
+from ..graph import Graph
+from ..render import FORMATS, render
+from ..render.report_html import load_run_folder
+from ..render.view import from_graph, from_run_dir
+from ..resources import ResourceSet
+from .run import config_error, configs
+
+
+def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
+    g = sub.add_parser(
+        "graph", help="draw a benchmark's plan (before a run) or a finished run", conflict_handler="resolve",
+        description="Draw the metric graph of benchmarks before running them (plan view), or of a finished "
+                    "run with --run OUT_DIR (each node's status, time and value).")
+    g.add_argument("benchmarks", nargs="*", default=[], help="benchmarks to draw (default: toy)")
+    g.add_argument("--run", dest="run_dir", metavar="OUT_DIR", default=None, help="draw the finished run in OUT_DIR instead")
+    g.add_argument("--format", choices=FORMATS, default="mermaid", help="output format (default: mermaid)")
+    g.add_argument("--out", "-o", default=None, help="write to this file (default: standard output)")
+    g.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
+    g.add_argument("--cache-dir", default=None, help="plan view: mark nodes this cache already holds (fingerprints resources)")
+    g.add_argument("--show-resources", action="store_true", help="draw inputs (model, data splits) as nodes too")
+    for b in benches:
+        b.add_arguments(g)
+    return g
+
+
+def plan_view(args: argparse.Namespace):
+    """Build the benchmarks' nodes (no model loaded) and their plan view."""
+    names = args.benchmarks or ["toy"]
+    benches = [BENCHMARKS.get(n) for n in names]
+    nodes, resources = [], {}
+    for b, cfg in zip(benches, configs(args, benches)):
+        if not args.cache_dir:  # structure only: no data or model needed
+            nodes += b.plan(cfg)
+            continue
+        n, res = b.build(cfg)
+        nodes += n
+        resources.update(res or {})
+    graph = Graph(nodes)
+    store = None
+    if args.cache_dir:
+        try:
+            graph.fingerprint(ResourceSet(resources))
+            store = Cache(args.cache_dir).nodes
+        except Exception as e:  # a missing dataset must not stop a drawing
+            print(f"evaldag: warning: cannot fingerprint resources ({e}); drawing the plan without cache status", file=sys.stderr)
+    return from_graph(graph, store=store, show_resources=args.show_resources, title=f"evaldag plan: {', '.join(names)}",
+                      splits=splits_of(benches))
+
+
+def run_view(args: argparse.Namespace):
+    """A finished run, banded by the data splits of the benchmarks it ran."""
+    folder = Path(args.run_dir)
+    folder = folder.parent if folder.is_file() else folder  # run.json itself
+    try:
+        splits = splits_of(benchmarks_of([load_run_folder(folder)]))
+    except FileNotFoundError:  # from_run_dir says what is missing
+        splits = splits_of([])
+    return from_run_dir(folder, show_resources=args.show_resources, splits=splits)
+
+
+def cmd(args: argparse.Namespace) -> int:
+    try:
+        if args.run_dir:
+            if args.benchmarks:
+                print("evaldag: error: give benchmarks or --run OUT_DIR, not both", file=sys.stderr)
+                return 2
+            view = run_view(args)
+        else:
+            view = plan_view(args)
+        text = render(view, args.format)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"evaldag: error: {config_error(e)}", file=sys.stderr)
+        return 2
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

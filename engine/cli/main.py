@@ -1,0 +1,87 @@
+"""The ``evaldag`` command line.
+
+    evaldag run [BENCH ...] [options]     run benchmarks (default: the toy graph)
+    evaldag graph BENCH | --run OUT_DIR   draw the plan of a benchmark, or a finished run
+    evaldag report OUT_DIR [...]          rebuild report.html, several runs side by side
+    evaldag list                          benchmarks (with their --metrics names) and metrics
+    evaldag cache info|ls|explain|verify|clear|prune
+    evaldag demo                          (and any command registered under ``evaldag.commands``)
+
+Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.benchmark`);
+only the ones a command names are imported, so a warm rerun of one benchmark never
+imports another's data loaders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from importlib.metadata import entry_points
+
+from ..benchmark import BENCHMARKS
+from . import cache, graph, list as list_cmd, report, run
+
+#: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
+COMMANDS_GROUP = "evaldag.commands"
+
+
+def parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; ``run`` and ``graph`` gain the options of each named benchmark."""
+    benches = [BENCHMARKS.get(b) for b in benchmarks or []]
+    p = argparse.ArgumentParser(prog="evaldag", description="Evaluate language models with metric graphs.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run.add_parser(sub, benches)
+    graph.add_parser(sub, benches)
+    report.add_parser(sub)
+    list_cmd.add_parser(sub)
+    cache.add_parser(sub)
+    for ep in entry_points(group=COMMANDS_GROUP):
+        mod = ep.load()
+        mod.add_arguments(sub.add_parser(ep.name, help=getattr(mod, "HELP", None)))
+    return p
+
+
+def _command_words(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The subcommand and the bare words right after it (benchmark names), before any option."""
+    if not argv or argv[0].startswith("-"):
+        return None, []
+    named = []
+    for w in argv[1:]:
+        if w.startswith("-"):
+            break
+        named.append(w)
+    return argv[0], named
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if hasattr(signal, "SIGPIPE"):  # `evaldag ... | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # transformers prints a "Loading weights" bar per checkpoint; our own bar is --progress
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # benchmark options are added once we know which benchmarks were named, read from the
+    # words after the command (so `evaldag run tofu --help` lists TOFU's options too)
+    cmd, named = _command_words(argv)
+    benches = (named or ["toy"]) if cmd in ("run", "graph") else []
+    unknown = [b for b in benches if b not in BENCHMARKS]
+    if unknown:
+        print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)
+        return 2
+    args = parser(benches).parse_args(argv)
+    if args.cmd == "run":
+        return run.cmd(args)
+    if args.cmd == "graph":
+        return graph.cmd(args)
+    if args.cmd == "report":
+        return report.cmd(args)
+    if args.cmd == "list":
+        return list_cmd.cmd(args)
+    if args.cmd == "cache":
+        return cache.cmd(args)
+    return next(ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name == args.cmd).load().main(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

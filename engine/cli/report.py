@@ -1,0 +1,31 @@
+"""``evaldag report OUT_DIR [...]``: one self-contained report.html for finished runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..benchmark import write_report_html
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    r = sub.add_parser(
+        "report", help="write one self-contained report.html for one or more finished runs",
+        description="Metrics side by side, each benchmark's own plots and tables, the run graph and run "
+                    "statistics, in one HTML file that needs no network.")
+    r.add_argument("out_dirs", nargs="+", metavar="OUT_DIR", help="--out folders of finished runs (one column each)")
+    r.add_argument("--out", "-o", default=None, help="the HTML file (default: OUT_DIR/report.html for one folder, else ./report.html)")
+    r.add_argument("--title", default="evaldag report")
+    return r
+
+
+def cmd(args: argparse.Namespace) -> int:
+    dest = Path(args.out) if args.out else (Path(args.out_dirs[0]) / "report.html" if len(args.out_dirs) == 1 else Path("report.html"))
+    try:
+        path = write_report_html(args.out_dirs, dest, title=args.title)
+    except (OSError, ValueError) as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

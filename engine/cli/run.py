@@ -1,0 +1,82 @@
+"""``evaldag run BENCH [BENCH ...]``: build each benchmark's config once, run one graph, write the outputs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pydantic
+
+from ..benchmark import BENCHMARKS, Benchmark, write_report_html
+from ..cache import Cache
+from ..graph import GraphError
+from ..outputs import print_run, write
+from ..resources import MissingResource
+from ..run import run
+
+
+def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
+    r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
+    r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())}); default: toy")
+    r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
+    r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
+    r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
+                                                   "or default / all / a group such as mia (default: the benchmark's default set)")
+    r.add_argument("-j", "--n-jobs", type=int, default=1, help="parallel CPU workers for aggregators (joblib)")
+    r.add_argument("--batch-tokens", type=int, default=None, help="token budget per batch (default: per device)")
+    r.add_argument("--force", action="store_true", help="recompute every node, ignoring cached node results")
+    r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
+    r.add_argument("--quiet", action="store_true", help="print only errors")
+    for b in benches:
+        b.add_arguments(r)
+    return r
+
+
+def config_error(e: Exception) -> str:
+    """One line for a config that does not validate (pydantic's errors, joined)."""
+    if isinstance(e, pydantic.ValidationError):
+        return "; ".join((".".join(map(str, err["loc"])) + ": " if err["loc"] else "")
+                         + str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+    return str(e)
+
+
+def check_metric_words(args: argparse.Namespace, benches: list[Benchmark]) -> None:
+    """With several benchmarks, each ``--metrics`` word must belong to at least one of them."""
+    if not getattr(args, "metrics", None) or len(benches) < 2:
+        return
+    for word in (w.strip() for w in args.metrics.split(",")):
+        if word and not any(b.metric_menu().knows(word) for b in benches):
+            raise ValueError(f"no benchmark of this run has a metric {word!r} (see `evaldag list`)")
+
+
+def configs(args: argparse.Namespace, benches: list[Benchmark]) -> list[pydantic.BaseModel]:
+    """Each benchmark's config, parsed from the command line once."""
+    check_metric_words(args, benches)
+    return [b.config_from_args(args) for b in benches]
+
+
+def cmd(args: argparse.Namespace) -> int:
+    benches = [BENCHMARKS.get(n) for n in args.benchmarks or ["toy"]]
+    nodes, resources = [], {}
+    try:
+        cfgs = configs(args, benches)
+        for b, cfg in zip(benches, cfgs):
+            n, res = b.build(cfg)
+            nodes += n
+            resources.update(res)
+        result = run(nodes, resources, cache=Cache(args.cache_dir), progress=args.progress,
+                     batch_tokens=args.batch_tokens, n_jobs=args.n_jobs, force=args.force)
+    except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
+        flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
+        hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
+        print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
+        return 2
+    out = Path(args.out or "evaldag-out")
+    write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches])
+    for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
+        b.write_outputs(result, out, cfg)
+    write_report_html([out], out / "report.html")
+    if not args.quiet:
+        print_run(result, out)
+    return 0 if result.ok else 1
