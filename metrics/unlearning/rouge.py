@@ -35,7 +35,7 @@ MUSE_STOPWORDS = ("\n\n", "\nQuestion", "Question:")  # configs/eval/muse_metric
 
 @lru_cache(maxsize=1)
 def _scorer() -> Any:
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # imported here: only ROUGE metrics need it (it pulls in nltk)
 
     return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
 
