@@ -1,7 +1,6 @@
 """The command line: the default run, listing, the cache commands, exit codes."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from evaldag.engine import cli
+
+from .plugins import install
 
 # the console script installed next to this interpreter (PATH may not hold the venv)
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))
@@ -130,14 +131,8 @@ class ThirdBench(Benchmark):
 @pytest.fixture()
 def third_party(tmp_path):
     """A dist-info on PYTHONPATH with an ``evaldag.benchmarks`` entry point, as pip would install it."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "thirdbench.py").write_text(THIRD_PARTY)
-    dist = site / "thirdbench-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdbench\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[evaldag.benchmarks]\nthirdbench = thirdbench:ThirdBench\n")
-    return {**os.environ, "PYTHONPATH": str(site)}
+    return install(tmp_path / "site", "thirdbench", {"thirdbench.py": THIRD_PARTY},
+                   "[evaldag.benchmarks]\nthirdbench = thirdbench:ThirdBench\n")
 
 
 def test_third_party_benchmark_runs_from_the_cli_and_in_the_report(third_party, tmp_path):
