@@ -120,7 +120,7 @@ class Executor:
             t0 = time.perf_counter()
             st.requests += sum(len(v) for v in by_key.values())
             st.unique += len(by_key)
-            found = self.cache.get_many(fp, list(by_key)) if self.cache else {}
+            found = self._lookup(fp, list(by_key))
             st.cached += len(found)
             missing = [(k, reqs[k]) for k in by_key if k not in found]
             if missing:
@@ -130,6 +130,15 @@ class Executor:
                     out[i] = found[key]
             st.seconds += time.perf_counter() - t0
         return out
+
+    # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
+    def _lookup(self, fp: str, keys: list[str]) -> dict[str, Any]:
+        """Cached results among ``keys``."""
+        return self.cache.get_many(fp, keys) if self.cache else {}
+
+    def _share(self, batches: list[list], length: Callable) -> list[list]:
+        """The batches this process runs (all of them, alone)."""
+        return batches
 
     # -- running one (model, kind) group
     def _budget(self, adapter: Any, fp: str, kind: str) -> Budget:
@@ -146,9 +155,9 @@ class Executor:
     def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         adapter = self.adapter(model, fp)
         length = _length
-        queue = deque(pack(items, length, self._budget(adapter, fp, kind)))
+        queue = deque(self._share(pack(items, length, self._budget(adapter, fp, kind)), length))
         results: dict[str, Any] = {}
-        bar = self._bar(kind, sum(length(x) for x in items))
+        bar = self._bar(kind, sum(length(x) for b in queue for x in b))
         try:
             while queue:
                 batch = queue.popleft()

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parser(benches).parse_args(argv)
     if args.cmd == "run":
-        return run.cmd(args)
+        return run.cmd(args, argv)
     if args.cmd == "graph":
         return graph.cmd(args)
     if args.cmd == "report":

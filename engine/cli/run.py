@@ -10,6 +10,7 @@ import pydantic
 
 from ..benchmark import BENCHMARKS, Benchmark, write_report_html
 from ..cache import Cache
+from ..distributed import Group, launch, prepare
 from ..graph import GraphError
 from ..outputs import print_run, write
 from ..resources import MissingResource
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     r.add_argument("--force", action="store_true", help="recompute every node, ignoring cached node results")
     r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
     r.add_argument("--quiet", action="store_true", help="print only errors")
+    launch.add_arguments(r)
     for b in benches:
         b.add_arguments(r)
     return r
@@ -56,7 +58,22 @@ def configs(args: argparse.Namespace, benches: list[Benchmark]) -> list[pydantic
     return [b.config_from_args(args) for b in benches]
 
 
-def cmd(args: argparse.Namespace) -> int:
+def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    if args.launcher == "torchrun":
+        return launch.exec_torchrun(argv or [], args)
+    try:
+        group = launch.join()  # None unless torchrun started several ranks
+    except launch.RankFailure as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return _cmd(args, group)
+    finally:
+        if group is not None:
+            group.close()
+
+
+def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     benches = [BENCHMARKS.get(n) for n in args.benchmarks or ["toy"]]
     nodes, resources = [], {}
     try:
@@ -65,13 +82,20 @@ def cmd(args: argparse.Namespace) -> int:
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        result = run(nodes, resources, cache=Cache(args.cache_dir), progress=args.progress,
+        cache, executor = Cache(args.cache_dir), None
+        if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
+            nodes, cache, executor = prepare(group, nodes, resources, cache, progress=args.progress,
+                                             batch_tokens=args.batch_tokens)
+        result = run(nodes, resources, cache=cache, executor=executor, progress=args.progress,
                      batch_tokens=args.batch_tokens, n_jobs=args.n_jobs, force=args.force)
-    except (GraphError, MissingResource, ValueError, FileNotFoundError) as e:
+    except (GraphError, MissingResource, ValueError, FileNotFoundError, launch.RankFailure) as e:
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
         return 2
+    done = launch.finish(group, result)  # only rank 0 writes the outputs
+    if done is not None:
+        return done
     out = Path(args.out or "evaldag-out")
     write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches])
     for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})

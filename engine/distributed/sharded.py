@@ -1,0 +1,246 @@
+"""Data-parallel serving: every rank runs the same graph, each forwards a share of the batches.
+
+Every rank builds the same graph and, stage by stage, the same request list, so the
+ranks agree on what to do without a coordinator. For each (model, request kind) group:
+
+1. the ranks agree which requests are cached: a request counts as cached only if every
+   rank found it (an element-wise minimum over a mask), so all ranks see one missing list;
+2. the missing requests are packed into batches exactly as one process would pack them
+   (same sort, same token budget, agreed as the minimum over ranks), and whole batches are
+   dealt out longest first, each to the least loaded rank by padded tokens. Sharding whole
+   batches keeps every batch identical to a single-process run, so the numbers are
+   bit-identical: padding a row with other rows changes its float results in the last
+   bits (about 1e-6), which a row-level split would show in EVAL.json;
+3. each rank forwards its batches; rank 0 writes its own to the request cache as each
+   finishes; then every rank's results travel to every rank as packed bytes (the cache's
+   checksummed safetensors format, never pickle), and rank 0 writes the others'.
+
+Nodes: each rank holds node values in memory; only rank 0 writes the node store, the
+history and (in the CLI) the outputs. Which nodes count as cached is agreed once, before
+the run, so a node rank 0 writes during the run cannot make another rank skip work.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..batching import Budget, padded_tokens
+from ..cache import Cache, Entry, History, NodeStore
+from ..cache.codec import pack, unpack
+from ..executor import Executor, ExecutorStats, KindStats
+from ..graph import Graph
+from ..requests import RESULT_TYPES
+from ..resources import ResourceSet
+from .group import Group, partition
+
+_SHARED = ("sequences_forwarded", "tokens_real", "tokens_padded", "batches", "oom_retries")
+# per rank: the work it did itself and its seconds in forward passes
+_RANK_FIELDS = (*_SHARED, "seconds")
+
+
+@dataclass
+class ShardedStats(ExecutorStats):
+    world: int = 1
+    gather_seconds: float = 0.0  # this rank's time in result exchanges (waiting for the slowest rank included)
+    # rank -> counters of the work that rank did itself
+    by_rank: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def add_rank(self, rank: int, counts: dict[str, float]) -> None:
+        row = self.by_rank.setdefault(rank, {k: 0 for k in _RANK_FIELDS})
+        for k, v in counts.items():
+            row[k] += v
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["world_size"] = self.world
+        out["gather_seconds"] = self.gather_seconds
+        out["by_rank"] = {str(r): dict(self.by_rank.get(r, {k: 0 for k in _RANK_FIELDS}))
+                          for r in range(self.world)}
+        return out
+
+
+class ReadOnlyRequests:
+    """The request cache as a rank other than 0 sees it: it reads, rank 0 writes."""
+
+    def __init__(self, cache: Any):
+        self._cache = cache
+
+    def get_many(self, model_fp: str, keys: Iterable[str]) -> dict[str, object]:
+        return self._cache.get_many(model_fp, keys)
+
+    def put_many(self, model_fp: str, items: Iterable[tuple[str, str, object]]) -> None:
+        pass
+
+
+class ShardedExecutor(Executor):
+    """An :class:`Executor` whose forward passes are spread over the ranks of ``group``."""
+
+    def __init__(self, group: Group, cache: Any = None, **kw: Any):
+        if not group.is_writer:
+            kw["progress"] = False  # one progress bar, rank 0's
+        super().__init__(cache=cache, **kw)
+        self.group = group
+        self.stats = ShardedStats(world=group.world)
+        for r in range(group.world):
+            self.stats.add_rank(r, {})
+
+    def _lookup(self, fp: str, keys: list[str]) -> dict[str, Any]:
+        differ = self.group.same("\n".join(keys), "the request-list check")
+        if differ:
+            raise RuntimeError(f"ranks {differ} asked model {fp[:12]} for other requests than rank 0 did: "
+                               f"the ranks' graphs diverged (nondeterministic data or metric code?)")
+        found = super()._lookup(fp, keys)
+        agreed = self.group.min_ints([k in found for k in keys], "the cache lookup")
+        return {k: found[k] for k, ok in zip(keys, agreed) if ok}
+
+    def _budget(self, adapter: Any, fp: str, kind: str) -> Budget:
+        own = super()._budget(adapter, fp, kind)
+        tokens, max_batch = self.group.min_ints([own.tokens, own.max_batch], "the batch-budget agreement")
+        self._budgets[(fp, kind)] = Budget(tokens, max_batch)
+        return self._budgets[(fp, kind)]
+
+    def _share(self, batches: list[list], length: Callable) -> list[list]:
+        owners = partition([padded_tokens(b, length) for b in batches], self.group.world)
+        return [b for b, r in zip(batches, owners) if r == self.group.rank]
+
+    def _compute(self, model: Any, fp: str, kind: str, items: list, st: KindStats) -> dict:
+        err: BaseException | None = None
+        try:
+            self.adapter(model, fp)
+        except Exception as e:
+            err = e
+        self.group.raise_if_any(err, f"loading model {fp[:12]}")
+        before = {k: getattr(st, k) for k in _SHARED}
+        t0 = time.perf_counter()
+        mine: dict[str, Any] = {}
+        try:
+            mine = super()._compute(model, fp, kind, items, st)
+        except Exception as e:  # still take part in the exchange, so no rank waits forever
+            err = e
+        counts = {k: getattr(st, k) - before[k] for k in _SHARED}
+        counts["seconds"] = time.perf_counter() - t0
+        return self._exchange(fp, kind, mine, err, counts, st)
+
+    def _exchange(self, fp: str, kind: str, mine: dict, err: BaseException | None, counts: dict, st: KindStats) -> dict:
+        t0 = time.perf_counter()
+        blobs = self.group.gather_bytes(_encode(kind, mine, err, counts), f"the exchange of {kind} results")
+        results: dict[str, Any] = dict(mine)
+        others: list[tuple[str, str, Any]] = []
+        errors = []
+        for r, blob in enumerate(blobs):
+            header, got = _decode(kind, blob, where=f"rank {r}") if r != self.group.rank else ({"counts": counts}, {})
+            self.stats.add_rank(r, header["counts"])
+            if header.get("error"):
+                errors.append(f"rank {r}: {header['error']}")
+            if r == self.group.rank:
+                continue
+            for k in _SHARED:
+                setattr(st, k, getattr(st, k) + int(header["counts"][k]))
+            self.stats.by_model[fp][kind] += int(header["counts"]["sequences_forwarded"])
+            results.update(got)
+            others.extend((key, kind, res) for key, res in got.items())
+        if self.cache is not None and others:
+            self.cache.put_many(fp, others)  # rank 0 only; the others hold a read-only view
+        self.stats.gather_seconds += time.perf_counter() - t0
+        if errors:
+            raise RuntimeError(f"{kind} requests failed on " + "; ".join(errors))
+        return results
+
+
+def _encode(kind: str, results: dict, err: BaseException | None, counts: dict) -> bytes:
+    """One rank's share: a JSON header (keys, sizes, counters, error) then packed results."""
+    payloads = [pack(r.to_arrays(), r.meta() if hasattr(r, "meta") else {}) for r in results.values()]
+    header = {"kind": kind, "error": None if err is None else f"{type(err).__name__}: {err}", "counts": counts,
+              "items": [[key, len(p)] for key, p in zip(results, payloads)]}
+    head = json.dumps(header).encode()
+    return len(head).to_bytes(8, "little") + head + b"".join(payloads)
+
+
+def _decode(kind: str, blob: bytes, where: str) -> tuple[dict, dict[str, Any]]:
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + n])
+    pos, out = 8 + n, {}
+    for key, size in header["items"]:
+        value, meta = unpack(blob[pos : pos + size], where=f"{where}:{key[:12]}")  # checksummed, no pickle
+        out[key] = RESULT_TYPES[kind].from_arrays(value, meta)
+        pos += size
+    return header, out
+
+
+class _NoLock:
+    """Node locks guard against other processes computing a node twice; inside one job the
+    ranks compute every node together by design, and a rank waiting on a lock would fall
+    out of step with the others' collectives."""
+
+    def acquire(self, *a: Any, **kw: Any) -> "_NoLock":
+        return self
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> "_NoLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+class RankStore:
+    """The node store as one rank sees it for one run: the agreed cached entries, plus
+    what this run computed. Only the writer (rank 0) writes through to disk."""
+
+    def __init__(self, store: NodeStore, entries: dict[str, Entry], writer: bool):
+        self.store, self.root, self.writer = store, store.root, writer
+        self.corrupt = store.corrupt
+        self._entries = dict(entries)
+
+    def get(self, fp: str) -> Entry | None:
+        return self._entries.get(fp)
+
+    def put(self, fp: str, value: Any, meta: dict) -> None:
+        if self.writer:
+            self.store.put(fp, value, meta)
+        self._entries[fp] = Entry(fp, value, meta)
+
+    def try_lock(self, fp: str) -> _NoLock:
+        return _NoLock()
+
+    def lock(self, fp: str) -> _NoLock:
+        return _NoLock()
+
+
+class RankHistory:
+    """Node-slot history: every rank reads it, rank 0 writes it."""
+
+    def __init__(self, history: History, writer: bool):
+        self.history, self.writer = history, writer
+
+    def last(self, name: str) -> dict | None:
+        return self.history.last(name)
+
+    def remember(self, name: str, components: dict) -> None:
+        if self.writer:
+            self.history.remember(name, components)
+
+
+def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, **executor_options: Any) -> tuple[Graph, Cache, ShardedExecutor]:
+    """Check that every rank built the same plan, agree on the cached nodes, and return the
+    graph, this rank's view of the cache and a sharded executor, ready for ``run()``."""
+    graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
+    rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
+    with cache.filehash.active():  # model files are hashed through this cache's memo
+        graph.fingerprint(rs)
+    order = graph.order()
+    group.check_plan({v.fingerprint: v.label for v in order})
+    fps = list(dict.fromkeys(v.fingerprint for v in order))
+    entries = {fp: cache.nodes.get(fp) for fp in fps}
+    agreed = group.min_ints([entries[fp] is not None for fp in fps], "the node-cache agreement")
+    view = copy.copy(cache)
+    view.nodes = RankStore(cache.nodes, {fp: entries[fp] for fp, ok in zip(fps, agreed) if ok}, group.is_writer)
+    view.history = RankHistory(cache.history, group.is_writer)
+    view.requests = cache.requests if group.is_writer else ReadOnlyRequests(cache.requests)
+    return graph, view, ShardedExecutor(group, cache=view.requests, **executor_options)
