@@ -153,12 +153,15 @@ class Group:
         raise PlanMismatch("; ".join(lines) + ". Every rank must get the same benchmarks, data, metrics and models")
 
 
-def partition(costs: Sequence[int], world: int) -> list[int]:
+def partition(costs: Sequence[int], world: int, load: list[int] | None = None) -> list[int]:
     """The rank of each item: longest first, each to the least loaded rank (ties: lowest rank).
 
-    Deterministic: every rank computes the same owners from the same costs.
+    ``load`` (one number per rank) is the work already dealt out, and is updated: passing
+    the same list for every request group balances the whole run, not each group alone
+    (otherwise rank 0 would get the biggest batch of every group). Deterministic: every
+    rank computes the same owners from the same costs and loads.
     """
-    load = [0] * world
+    load = load if load is not None else [0] * world
     owner = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
         r = min(range(world), key=lambda r: (load[r], r))

@@ -84,6 +84,7 @@ class ShardedExecutor(Executor):
             kw["progress"] = False  # one progress bar, rank 0's
         super().__init__(cache=cache, **kw)
         self.group = group
+        self._load = [0] * group.world  # padded tokens dealt to each rank so far (the same on every rank)
         self.stats = ShardedStats(world=group.world)
         for r in range(group.world):
             self.stats.add_rank(r, {})
@@ -104,7 +105,7 @@ class ShardedExecutor(Executor):
         return self._budgets[(fp, kind)]
 
     def _share(self, batches: list[list], length: Callable) -> list[list]:
-        owners = partition([padded_tokens(b, length) for b in batches], self.group.world)
+        owners = partition([padded_tokens(b, length) for b in batches], self.group.world, self._load)
         return [b for b, r in zip(batches, owners) if r == self.group.rank]
 
     def _compute(self, model: Any, fp: str, kind: str, items: list, st: KindStats) -> dict:
