@@ -20,7 +20,7 @@ import pytest
 from evaldag.engine import cli
 from evaldag.engine.distributed import partition
 from evaldag.engine.distributed.launch import torchrun_command
-from evaldag.engine.request_cache import RequestCache
+from evaldag.engine.cache import RequestStore
 
 FIX = Path(__file__).parent / "fixtures"
 BIN = Path(sys.executable).parent
@@ -118,7 +118,7 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     rows = [ex["by_rank"][r]["sequences_forwarded"] for r in ("0", "1")]
     assert sum(rows) == ref["sequences_forwarded"]
     assert all(0.35 * sum(rows) <= n <= 0.65 * sum(rows) for n in rows), rows
-    assert RequestCache(cache).count() == ref["unique"]  # rank 0 wrote every rank's results
+    assert RequestStore(cache).count() == ref["unique"]  # rank 0 wrote every rank's results
 
     # the same cache, one node of two ranks: nothing to forward on any rank, no model loaded
     code, err = _finish([_start([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
@@ -141,7 +141,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
     assert time.monotonic() - t0 < 120
     assert "lost the other ranks" in err0 and "rerun the same command to resume" in err0, err0[-2000:]
     assert not (out / "TOFU_EVAL.json").exists()  # no outputs from a broken job
-    done = RequestCache(cache).count()  # rank 0's finished batches, each whole
+    done = RequestStore(cache).count()  # rank 0's finished batches, each whole
     assert 0 < done < _executor(one_process)["unique"]
 
     assert cli.main(run) == 0  # the rerun, here in one process, forwards only the rest
@@ -158,7 +158,7 @@ def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path
     assert code0 == code1 == 2
     for err in (err0, err1):
         assert "rank 1 built a different plan from rank 0" in err and "only on rank 0: forget_Q_A_ROUGE" in err, err[-2000:]
-    assert RequestCache(tmp_path / "cache").count() == 0
+    assert RequestStore(tmp_path / "cache").count() == 0
 
 
 def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
