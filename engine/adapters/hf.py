@@ -26,6 +26,7 @@ from typing import Any
 from ..cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
+from .placement import check_device_map, placement, placement_kwargs
 
 __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
@@ -69,12 +70,16 @@ class HFModel:
     kind = "model"
 
     def __init__(self, path_or_id: str | os.PathLike, dtype: str = "auto", device: str = "auto",
-                 attn_implementation: str | None = None, attention_mask: str = "reference"):
+                 attn_implementation: str | None = None, attention_mask: str = "reference",
+                 device_map: str | None = None, max_memory: dict | None = None, offload_folder: str | None = None):
         if dtype not in ("auto", *DTYPES):
             raise ValueError(f"HFModel: dtype must be auto, bf16, fp16 or fp32, not {dtype!r}")
         if device not in DEVICES and not str(device).startswith("cuda:"):
             raise ValueError(f"HFModel: device must be one of {DEVICES} (or cuda:N), not {device!r}")
         _check_mask_mode(attention_mask)
+        check_device_map(device_map)
+        # placement (placement.py): not part of the fingerprint, the numbers do not depend on it
+        self.device_map, self.max_memory, self.offload_folder = device_map, max_memory, offload_folder
         self.attention_mask = attention_mask
         self.path = str(path_or_id)
         self.is_dir = Path(self.path).expanduser().is_dir()
@@ -98,6 +103,7 @@ class HFModel:
         """
         _check_mask_mode(attention_mask)
         self = cls.__new__(cls)
+        self.device_map = self.max_memory = self.offload_folder = None
         self.path, self.is_dir, self.name = name, False, name
         self.attention_mask = attention_mask
         self.dtype = str(model.dtype).replace("torch.", "")
@@ -171,8 +177,11 @@ class HFModel:
 
     def describe(self) -> dict:
         device = self._adapter.device if self._adapter is not None else self.device
-        return {"path": self.path, "dtype": self.dtype, "device": device,
-                "attn_implementation": self.attn_implementation, "attention_mask": self.attention_mask}
+        out = {"path": self.path, "dtype": self.dtype, "device": device,
+               "attn_implementation": self.attn_implementation, "attention_mask": self.attention_mask}
+        if self.device_map is not None:
+            out["device_map"] = placement(self._adapter.model) if self._adapter is not None else self.device_map
+        return out
 
     # -- halves
     def encoder(self) -> "HFEncoder":
@@ -201,7 +210,11 @@ class HFModel:
         if self.attn_implementation:
             kw["attn_implementation"] = self.attn_implementation
         src = str(Path(self.path).expanduser()) if self.is_dir else self.path
-        model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
+        if self.device_map is not None:  # split over devices by accelerate; it places the layers itself
+            model = AutoModelForCausalLM.from_pretrained(
+                src, **kw, **placement_kwargs(self.device_map, self.max_memory, self.offload_folder)).eval()
+        else:
+            model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
         self._adapter = HFAdapter(model, self.encoder().tokenizer, attention_mask=self.attention_mask)
         return self._adapter
 

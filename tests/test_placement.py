@@ -1,0 +1,50 @@
+"""--device-map auto: a checkpoint split by accelerate gives the same numbers and fingerprint."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaldag.engine.adapters.hf import HFModel
+from evaldag.engine.adapters.placement import parse_max_memory
+from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
+
+pytest.importorskip("accelerate")
+
+TARGET = Path(__file__).parent / "fixtures" / "tiny-llama" / "target"
+# The tiny checkpoint is 855 KB; accelerate keeps room for its largest layer, so a 700 KB
+# cap puts the embeddings and layer 0 in CPU memory and the rest in the offload folder.
+CAP = {"cpu": "700KB"}
+
+
+def test_max_memory_text_parses_devices_and_sizes():
+    assert parse_max_memory("0=20GiB, 1=18GiB,cpu=64GB") == {0: "20GiB", 1: "18GiB", "cpu": "64GB"}
+    assert parse_max_memory(None) is None
+    with pytest.raises(ValueError, match="DEVICE=SIZE"):
+        parse_max_memory("cpu:64GB")
+
+
+def test_a_model_split_by_accelerate_gives_the_same_fingerprint_and_numbers(tmp_path):
+    whole = HFModel(TARGET, dtype="fp32", device="cpu")
+    split = HFModel(TARGET, dtype="fp32", device="cpu", device_map="auto", max_memory=CAP, offload_folder=str(tmp_path))
+    assert split.fingerprint() == whole.fingerprint()
+
+    a, b = whole.load(), split.load()
+    where = split.describe()["device_map"]
+    assert set(where.values()) == {"cpu", "disk"}, where  # really split
+    assert where["model.embed_tokens"] == "cpu" and where["lm_head"] == "disk"
+
+    enc = whole.encoder()
+    q, ans = enc.encode("Question: Who wrote the book?\nAnswer:"), enc.encode(" A writer from the city.")
+    reqs = [TokenStats(tuple(q), tuple(ans)), TokenStats(tuple(q[:5]), tuple(ans[:3]))]
+    for x, y in zip(a.run_batch(reqs), b.run_batch(reqs)):
+        np.testing.assert_array_equal(x.logprob, y.logprob)
+        np.testing.assert_array_equal(x.argmax, y.argmax)
+        np.testing.assert_array_equal(x.var, y.var)
+    gen = [Generate(tuple(q), GenerationSettings(max_new_tokens=6))]
+    np.testing.assert_array_equal(a.run_batch(gen)[0].token_ids, b.run_batch(gen)[0].token_ids)
+
+
+def test_an_unknown_device_map_is_refused():
+    with pytest.raises(ValueError, match="device_map must be one of"):
+        HFModel(TARGET, device_map="everywhere")
