@@ -120,7 +120,7 @@ class Executor:
             t0 = time.perf_counter()
             st.requests += sum(len(v) for v in by_key.values())
             st.unique += len(by_key)
-            found = self._lookup(fp, list(by_key))
+            found = self._lookup(fp, kind, list(by_key))
             st.cached += len(found)
             missing = [(k, reqs[k]) for k in by_key if k not in found]
             if missing:
@@ -132,7 +132,7 @@ class Executor:
         return out
 
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
-    def _lookup(self, fp: str, keys: list[str]) -> dict[str, Any]:
+    def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
         """Cached results among ``keys``."""
         return self.cache.get_many(fp, keys) if self.cache else {}
 

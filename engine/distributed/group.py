@@ -120,6 +120,19 @@ class Group:
         self._collective(what, self._dist.all_gather, out, t)
         return [o[:n].cpu().numpy().tobytes() for o, n in zip(out, sizes)]
 
+    def broadcast_bytes(self, blob: bytes, what: str) -> bytes:
+        """Rank 0's ``blob`` on every rank (the others' ``blob`` is ignored)."""
+        torch = self._torch
+        n = torch.tensor([len(blob)], dtype=torch.int64, device=self.device)
+        self._collective(what, self._dist.broadcast, n, 0)
+        t = torch.zeros(int(n.item()), dtype=torch.uint8)
+        if self.is_writer and blob:
+            t[:] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        t = t.to(self.device)
+        if len(t):
+            self._collective(what, self._dist.broadcast, t, 0)
+        return t.cpu().numpy().tobytes()
+
     def same(self, text: str, what: str) -> list[int]:
         """Ranks whose ``text`` differs from rank 0's (compared by sha256)."""
         d = digest(text)

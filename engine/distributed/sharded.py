@@ -23,19 +23,18 @@ the run, so a node rank 0 writes during the run cannot make another rank skip wo
 from __future__ import annotations
 
 import copy
-import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..batching import Budget, padded_tokens
 from ..cache import Cache, Entry, History, NodeStore
-from ..cache.codec import pack, unpack
 from ..executor import Executor, ExecutorStats, KindStats
 from ..graph import Graph
-from ..requests import RESULT_TYPES
 from ..resources import ResourceSet
 from .group import Group, partition
+from .wire import decode_entries, decode_results, encode_entries, encode_results
 
 _SHARED = ("sequences_forwarded", "tokens_real", "tokens_padded", "batches", "oom_retries")
 # per rank: the work it did itself and its seconds in forward passes
@@ -63,6 +62,16 @@ class ShardedStats(ExecutorStats):
         return out
 
 
+def cache_reads() -> str:
+    """Who reads the cache: every rank ("all"), or rank 0 alone, which sends what it found to
+    the others ("rank0": a cache on a network file system, where SQLite's WAL cannot be shared
+    across machines, or on rank 0's local disk); see docs/scaling-out.md."""
+    mode = os.environ.get("EVALDAG_DIST_CACHE_READS", "all")
+    if mode not in ("all", "rank0"):
+        raise ValueError(f"EVALDAG_DIST_CACHE_READS must be 'all' or 'rank0', not {mode!r}")
+    return mode
+
+
 class ReadOnlyRequests:
     """The request cache as a rank other than 0 sees it: it reads, rank 0 writes."""
 
@@ -84,17 +93,22 @@ class ShardedExecutor(Executor):
             kw["progress"] = False  # one progress bar, rank 0's
         super().__init__(cache=cache, **kw)
         self.group = group
+        self.reads = cache_reads()
         self._load = [0] * group.world  # padded tokens dealt to each rank so far (the same on every rank)
         self.stats = ShardedStats(world=group.world)
         for r in range(group.world):
             self.stats.add_rank(r, {})
 
-    def _lookup(self, fp: str, keys: list[str]) -> dict[str, Any]:
+    def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
         differ = self.group.same("\n".join(keys), "the request-list check")
         if differ:
             raise RuntimeError(f"ranks {differ} asked model {fp[:12]} for other requests than rank 0 did: "
                                f"the ranks' graphs diverged (nondeterministic data or metric code?)")
-        found = super()._lookup(fp, keys)
+        if self.reads == "rank0":  # only rank 0 opens the request cache; it sends what it found
+            found = super()._lookup(fp, kind, keys) if self.group.is_writer else {}
+            blob = self.group.broadcast_bytes(encode_results(kind, found, None, {}), "sending cached results")
+            return found if self.group.is_writer else decode_results(kind, blob, where="rank 0")[1]
+        found = super()._lookup(fp, kind, keys)
         agreed = self.group.min_ints([k in found for k in keys], "the cache lookup")
         return {k: found[k] for k, ok in zip(keys, agreed) if ok}
 
@@ -128,12 +142,12 @@ class ShardedExecutor(Executor):
 
     def _exchange(self, fp: str, kind: str, mine: dict, err: BaseException | None, counts: dict, st: KindStats) -> dict:
         t0 = time.perf_counter()
-        blobs = self.group.gather_bytes(_encode(kind, mine, err, counts), f"the exchange of {kind} results")
+        blobs = self.group.gather_bytes(encode_results(kind, mine, err, counts), f"the exchange of {kind} results")
         results: dict[str, Any] = dict(mine)
         others: list[tuple[str, str, Any]] = []
         errors = []
         for r, blob in enumerate(blobs):
-            header, got = _decode(kind, blob, where=f"rank {r}") if r != self.group.rank else ({"counts": counts}, {})
+            header, got = decode_results(kind, blob, where=f"rank {r}") if r != self.group.rank else ({"counts": counts}, {})
             self.stats.add_rank(r, header["counts"])
             if header.get("error"):
                 errors.append(f"rank {r}: {header['error']}")
@@ -150,26 +164,6 @@ class ShardedExecutor(Executor):
         if errors:
             raise RuntimeError(f"{kind} requests failed on " + "; ".join(errors))
         return results
-
-
-def _encode(kind: str, results: dict, err: BaseException | None, counts: dict) -> bytes:
-    """One rank's share: a JSON header (keys, sizes, counters, error) then packed results."""
-    payloads = [pack(r.to_arrays(), r.meta() if hasattr(r, "meta") else {}) for r in results.values()]
-    header = {"kind": kind, "error": None if err is None else f"{type(err).__name__}: {err}", "counts": counts,
-              "items": [[key, len(p)] for key, p in zip(results, payloads)]}
-    head = json.dumps(header).encode()
-    return len(head).to_bytes(8, "little") + head + b"".join(payloads)
-
-
-def _decode(kind: str, blob: bytes, where: str) -> tuple[dict, dict[str, Any]]:
-    n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8 : 8 + n])
-    pos, out = 8 + n, {}
-    for key, size in header["items"]:
-        value, meta = unpack(blob[pos : pos + size], where=f"{where}:{key[:12]}")  # checksummed, no pickle
-        out[key] = RESULT_TYPES[kind].from_arrays(value, meta)
-        pos += size
-    return header, out
 
 
 class _NoLock:
@@ -238,10 +232,16 @@ def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, **executor_o
     order = graph.order()
     group.check_plan({v.fingerprint: v.label for v in order})
     fps = list(dict.fromkeys(v.fingerprint for v in order))
-    entries = {fp: cache.nodes.get(fp) for fp in fps}
-    agreed = group.min_ints([entries[fp] is not None for fp in fps], "the node-cache agreement")
+    if cache_reads() == "rank0":  # rank 0 reads the node store and sends the others what it found
+        found = {fp: e for fp in fps if (e := cache.nodes.get(fp)) is not None} if group.is_writer else {}
+        blob = group.broadcast_bytes(encode_entries(found) if group.is_writer else b"", "sending cached nodes")
+        cached = found if group.is_writer else decode_entries(blob, where="rank 0")
+    else:  # a node counts as cached only if every rank found it
+        entries = {fp: cache.nodes.get(fp) for fp in fps}
+        agreed = group.min_ints([entries[fp] is not None for fp in fps], "the node-cache agreement")
+        cached = {fp: entries[fp] for fp, ok in zip(fps, agreed) if ok}
     view = copy.copy(cache)
-    view.nodes = RankStore(cache.nodes, {fp: entries[fp] for fp, ok in zip(fps, agreed) if ok}, group.is_writer)
+    view.nodes = RankStore(cache.nodes, cached, group.is_writer)
     view.history = RankHistory(cache.history, group.is_writer)
     view.requests = cache.requests if group.is_writer else ReadOnlyRequests(cache.requests)
     return graph, view, ShardedExecutor(group, cache=view.requests, **executor_options)
