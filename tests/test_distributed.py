@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from evaldag.engine import cli
+from evaldag.engine.cli.main import parser
 from evaldag.engine.distributed import partition
 from evaldag.engine.distributed.launch import torchrun_command
 from evaldag.engine.cache import RequestStore
@@ -93,10 +94,10 @@ def test_partition_carries_the_load_across_groups():
 
 def test_launcher_hands_torchrun_the_same_command_without_its_own_options():
     argv = [*ARGS, "--launcher", "torchrun", "--nproc-per-node=2"]
-    args = cli._parser(["tofu"]).parse_args(argv)
+    args = parser(["tofu"]).parse_args(argv)
     cmd = torchrun_command(argv, args)
     assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    assert cmd[5:] == ["-m", "evaldag.engine.cli", *ARGS]
+    assert cmd[5:] == ["-m", "evaldag.engine.cli.main", *ARGS]
 
 
 # ----------------------------------------------------------------------------- end to end
