@@ -10,7 +10,8 @@ ranks agree on what to do without a coordinator. For each (model, request kind) 
    dealt out longest first, each to the least loaded rank by padded tokens. Sharding whole
    batches keeps every batch identical to a single-process run, so the numbers are
    bit-identical: padding a row with other rows changes its float results in the last
-   bits (about 1e-6), which a row-level split would show in EVAL.json;
+   bits (about 1e-6), which a row-level split would show in EVAL.json. Generation is
+   dealt out row by row instead (see ``_ROW_KINDS``);
 3. each rank forwards its batches; rank 0 writes its own to the request cache as each
    finishes; then every rank's results travel to every rank as packed bytes (the cache's
    checksummed safetensors format, never pickle), and rank 0 writes the others'.
@@ -36,6 +37,11 @@ from ..resources import ResourceSet
 from .group import Group, partition
 from .wire import decode_entries, decode_results, encode_entries, encode_results
 
+# Kinds dealt out row by row rather than batch by batch: the generation decode loop
+# schedules rows itself (a finished row leaves, a waiting prompt joins), so a row's
+# batch-mates are not fixed even in one process, and its tokens do not depend on them.
+# Teacher-forced kinds are dealt out as whole batches: their floats do, in the last bits.
+_ROW_KINDS = frozenset({"generate"})
 _SHARED = ("sequences_forwarded", "tokens_real", "tokens_padded", "batches", "oom_retries")
 # per rank: the work it did itself and its seconds in forward passes
 _RANK_FIELDS = (*_SHARED, "seconds")
@@ -94,6 +100,7 @@ class ShardedExecutor(Executor):
         super().__init__(cache=cache, **kw)
         self.group = group
         self.reads = cache_reads()
+        self._by_row = False
         self._load = [0] * group.world  # padded tokens dealt to each rank so far (the same on every rank)
         self.stats = ShardedStats(world=group.world)
         for r in range(group.world):
@@ -119,6 +126,8 @@ class ShardedExecutor(Executor):
         return self._budgets[(fp, kind)]
 
     def _share(self, batches: list[list], length: Callable) -> list[list]:
+        if self._by_row:
+            return batches
         owners = partition([padded_tokens(b, length) for b in batches], self.group.world, self._load)
         return [b for b, r in zip(batches, owners) if r == self.group.rank]
 
@@ -129,6 +138,10 @@ class ShardedExecutor(Executor):
         except Exception as e:
             err = e
         self.group.raise_if_any(err, f"loading model {fp[:12]}")
+        self._by_row = kind in _ROW_KINDS
+        if self._by_row:  # deal out rows; each rank packs its own
+            owners = partition([x[1].length() for x in items], self.group.world, self._load)
+            items = [x for x, r in zip(items, owners) if r == self.group.rank]
         before = {k: getattr(st, k) for k in _SHARED}
         t0 = time.perf_counter()
         mine: dict[str, Any] = {}
