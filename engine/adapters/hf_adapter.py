@@ -28,6 +28,7 @@ from ..requests import (
 )
 from .base import OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
+from .hf_patching import run_causal_traces
 
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
@@ -79,7 +80,8 @@ class HFAdapter:
             raise ValueError(f"run_batch serves one request kind at a time, got {sorted(kinds)}")
         kind = kinds.pop()
         run = {"token_stats": self._token_stats, "generate": self._generate,
-               "hidden_states": self._hidden_states, "grad_norm": self._grad_norm}.get(kind)
+               "hidden_states": self._hidden_states, "grad_norm": self._grad_norm,
+               "causal_trace": lambda reqs: run_causal_traces(self, reqs)}.get(kind)
         if run is None:
             raise NotImplementedError(f"HFAdapter cannot serve {kind!r} requests")
         try:

@@ -5,4 +5,4 @@ providers in :mod:`.providers` derive ``weight_deltas`` and ``manipulated_layers
 them. Importing this package registers the providers and metrics.
 """
 
-from . import providers, weight_delta_norm  # noqa: F401  (they register)
+from . import causal_trace, efficacy, perplexity, providers, weight_delta_norm  # noqa: F401  (they register)
