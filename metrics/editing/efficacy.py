@@ -4,7 +4,8 @@
 mean per-token log-prob (``compare="mean_token"``, ROME's ``test_batch_prediction``
 divides each target's NLL by its length) or its total log-prob (``"sequence"``). For
 the rewrite prompt and the paraphrases an edit succeeds where P(new) > P(true); on the
-neighbourhood prompts the old answer must survive, P(true) > P(new). Each edit scores
+neighbourhood prompts the old answer must survive, P(true) > P(new) (a neighbour may
+carry its own true answer, see ``prompts.prompts_of``). Each edit scores
 the share of its prompts that succeed; ``agg_value`` is the mean over edits (ROME's
 ``summarize``). Run it on ``model`` (edited) and bound to ``base_model`` to see the change.
 
@@ -41,10 +42,10 @@ def efficacy(model: Any, edits: list[dict], params: EfficacyParams):
     reqs, where = [], []
     for i, row in enumerate(edits):
         check_edit(row, i)
-        new, true = target_ids(enc, row["target_new"]), target_ids(enc, row["target_true"])
-        for p in prompts_of(row, params.prompts):
+        new = target_ids(enc, row["target_new"])
+        for p, true in prompts_of(row, params.prompts):
             ctx = encode(enc, p)
-            reqs += [TokenStats(ctx, new), TokenStats(ctx, true)]
+            reqs += [TokenStats(ctx, new), TokenStats(ctx, target_ids(enc, true))]
             where.append(i)
     got = yield reqs
     per: dict[int, dict[str, list]] = {}

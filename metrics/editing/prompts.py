@@ -60,10 +60,24 @@ def check_edit(row: dict, index: int) -> None:
             raise ValueError(f"edit {index}: field {key!r} must be a non-empty string")
     if row["subject"] not in row["prompt"]:
         raise ValueError(f"edit {index}: subject {row['subject']!r} is not in its prompt {row['prompt']!r}")
+    for which in ("paraphrase", "neighborhood"):
+        for p in row.get(f"{which}_prompts") or []:
+            ok = isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("prompt"), str)
+                                        and isinstance(p.get("target_true"), str) and p["target_true"])
+            if not ok:
+                raise ValueError(f"edit {index}: each {which} prompt is a string or "
+                                 f"{{'prompt': ..., 'target_true': ...}}, not {p!r}")
 
 
-def prompts_of(row: dict, which: str) -> list[str]:
-    """The rewrite prompt, the paraphrases or the neighbourhood prompts of one edit."""
+def prompts_of(row: dict, which: str) -> list[tuple[str, str]]:
+    """(prompt, true answer) pairs: the rewrite prompt, the paraphrases or the neighbourhood prompts.
+
+    A neighbourhood prompt is a string (CounterFact: a neighbour that shares the edit's
+    true answer) or ``{"prompt": ..., "target_true": ...}`` (a neighbour with its own answer).
+    """
     if which == "rewrite":
-        return [row["prompt"]]
-    return list(row.get(f"{which}_prompts") or [])
+        return [(row["prompt"], row["target_true"])]
+    out = []
+    for p in row.get(f"{which}_prompts") or []:
+        out.append((p["prompt"], p["target_true"]) if isinstance(p, dict) else (p, row["target_true"]))
+    return out
