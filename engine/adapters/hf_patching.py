@@ -42,18 +42,28 @@ def _noise(req: CausalTrace, hidden: int) -> Any:
     return req.noise * torch.from_numpy(draw)
 
 
-def _last_probs(model: Any, ids: Any, mask: Any, seqs: Sequence[tuple[int, ...]], handles: list) -> Any:
-    """Softmax at each row's last real position of one forward pass; the hooks are removed after it."""
+def _last_probs(adapter: Any, ids: Any, mask: Any, seqs: Sequence[tuple[int, ...]], handles: list) -> Any:
+    """Softmax at each row's last real position of one forward pass; the hooks are removed after it.
+
+    Where the model is ``head(base(x))`` (the adapter's probe), only the last rows go
+    through the output head: the [rows, len, vocab] logits never exist.
+    """
     import torch
 
+    last = torch.tensor([len(s) - 1 for s in seqs], device=ids.device)
+    rows = torch.arange(len(seqs), device=ids.device)
+    split = adapter._head_split()
     try:
         with torch.inference_mode():
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            if split:
+                hidden = split[0](input_ids=ids, attention_mask=mask, use_cache=False)[0]
+                logits = split[1](hidden[rows, last])
+            else:
+                logits = adapter.model(input_ids=ids, attention_mask=mask, use_cache=False).logits[rows, last]
     finally:
         for h in handles:
             h.remove()
-    last = torch.tensor([len(s) - 1 for s in seqs], device=ids.device)
-    return torch.softmax(logits[torch.arange(len(seqs), device=ids.device), last].float(), dim=-1)
+    return torch.softmax(logits.float(), dim=-1)
 
 
 def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalTraceResult]:
@@ -61,6 +71,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
     import torch
 
     model = adapter.model
+    adapter._head_split()  # its one-off probe forward must run before any hook is registered
     cfg = model.config.to_dict()
     names = layer_names(str(cfg.get("model_type")))
     n_layers = num_layers(cfg)
@@ -80,7 +91,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
         return hook
 
     handles = [modules[names.module(kind, layer)].register_forward_hook(recorder((kind, layer))) for kind, layer in wanted]
-    clean_probs = _last_probs(model, ids, mask, prompts, handles)
+    clean_probs = _last_probs(adapter, ids, mask, prompts, handles)
     real_tokens, padded_tokens = sum(map(len, prompts)), ids.numel()
 
     answers = [int(clean_probs[row_of[r.ids]].argmax()) if r.answer < 0 else r.answer for r in reqs]
@@ -125,7 +136,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
 
     handles = [embed.register_forward_hook(add_noise)]
     handles += [modules[names.module(kind, layer)].register_forward_hook(restorer((kind, layer))) for kind, layer in plan]
-    probs = _last_probs(model, ids2, mask2, seqs, handles)
+    probs = _last_probs(adapter, ids2, mask2, seqs, handles)
     adapter.last_batch_tokens = (real_tokens + sum(map(len, seqs)), padded_tokens + ids2.numel())
 
     out, at = [], 0
