@@ -1,0 +1,81 @@
+"""``evaldag run editing``: an edited model beside its original, as a Benchmark plugin.
+
+    evaldag run editing --model EDITED_DIR --base-model ORIGINAL_DIR [--edits FILE] [--texts FILE]
+
+Weight-delta norms per manipulated layer, perplexity before / after / change, efficacy,
+generalisation and specificity before and after, lm-debugger's dataset efficacy, and ROME's
+causal trace on the original model. See docs/editing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...engine import Node
+from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from . import report, spec
+from .config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+
+
+class EditingBenchmark(Benchmark):
+    name = "editing"
+    group = spec.GROUP
+    description = "knowledge editing: weight-delta norms, perplexity, efficacy/generalisation/specificity, causal trace"
+    Config = EditingConfig
+    metadata = {"licence": "the shipped edits and texts are invented by evaldag (Apache-2.0), built from the demo's "
+                           "fictitious authors by benchmarks/editing/make_assets.py"}
+    resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        if not any("--model" in a.option_strings for a in p._actions):
+            p.add_argument("--model", help="the model under evaluation (here: the edited checkpoint)")
+        if not any("--dtype" in a.option_strings for a in p._actions):
+            p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+            p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
+        g = p.add_argument_group("editing")
+        g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint")
+        g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")
+        g.add_argument("--texts", default=None, help="EDITING: texts for perplexity (JSON/JSONL of {text} or one per line); default: the shipped set")
+        g.add_argument("--edit-layers", default=None, help="EDITING: weight-delta norms on these layers only (e.g. 3,4); default: every manipulated layer")
+        g.add_argument("--norm", choices=["fro", "spectral"], default="fro", help="EDITING: norm of the down-projection delta")
+        g.add_argument("--ppl-max-length", type=int, default=None, help="EDITING: perplexity window (default: the model's context, at most 1024)")
+        g.add_argument("--ppl-stride", type=int, default=None, help="EDITING: perplexity stride (default: half the window)")
+        g.add_argument("--trace-samples", type=int, default=10, help="EDITING: corrupted copies per trace cell")
+        g.add_argument("--trace-noise", type=float, default=None, help="EDITING: absolute noise std (default: 3 x the subject-embedding std)")
+        g.add_argument("--trace-seed", type=int, default=1, help="EDITING: seed of the trace noise (ROME: 1)")
+        g.add_argument("--trace-window", type=int, default=10, help="EDITING: layers restored together by the MLP/attention traces")
+        g.add_argument("--trace-edits", default=None, help="EDITING: indices of the edits to trace (default: all)")
+        g.add_argument("--trace-occurrence", choices=["first", "last"], default="last",
+                       help="EDITING: which mention of the subject the noise corrupts (ROME: first)")
+
+    def config_from_args(self, args: argparse.Namespace) -> EditingConfig:
+        return EditingConfig(
+            model=args.model, base_model=args.base_model, edits=args.edits, texts=args.texts,
+            metrics=self.metrics_from_args(args), dtype=args.dtype, device=args.device,
+            layers=_ints(args.edit_layers), norm=args.norm, max_length=args.ppl_max_length, stride=args.ppl_stride,
+            trace_samples=args.trace_samples, trace_noise=args.trace_noise, trace_seed=args.trace_seed,
+            trace_window=args.trace_window, trace_edits=_ints(args.trace_edits), trace_occurrence=args.trace_occurrence)
+
+    def metric_menu(self) -> MetricMenu:
+        return MetricMenu(default=DEFAULT_METRICS, all=ALL_METRICS, groups=GROUPS)
+
+    def plan(self, cfg: EditingConfig) -> list[Node]:
+        return spec.nodes(cfg)
+
+    def build(self, cfg: EditingConfig) -> tuple[list[Node], dict[str, Any]]:
+        res = spec.resources(cfg)  # every check that needs no forward pass runs here
+        return spec.nodes(cfg), res
+
+    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
+        html = report.section_html(runs, self.group)
+        return [Section("Causal traces", html, order=40, id="editing-traces")] if html else []

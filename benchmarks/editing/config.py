@@ -1,0 +1,56 @@
+"""The editing benchmark's typed config: everything ``evaldag run editing`` reads."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: every node the benchmark can put in EDITING_EVAL.json
+ALL_METRICS = (
+    "weight_delta_norm", "perplexity", "perplexity_base", "perplexity_change",
+    "efficacy", "efficacy_base", "generalization", "generalization_base", "specificity", "specificity_base",
+    "efficacy_dataset", "causal_trace", "causal_trace_mlp", "causal_trace_attn",
+)
+#: the MLP and attention traces cost ``window``-wide restores over every cell: asked for by name
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m not in ("causal_trace_mlp", "causal_trace_attn"))
+#: words --metrics takes for several entries (distinct from every entry's own name)
+GROUPS = {
+    "traces": ("causal_trace", "causal_trace_mlp", "causal_trace_attn"),
+    "edit_success": ("efficacy", "efficacy_base", "generalization", "generalization_base", "specificity",
+                 "specificity_base", "efficacy_dataset"),
+    "perplexities": ("perplexity", "perplexity_base", "perplexity_change"),
+}
+
+
+class EditingConfig(BaseModel):
+    """An edited model beside its original.
+
+    ``max_length`` defaults to the base model's context (at most 1,024 tokens) and
+    ``stride`` to half of it (HF's GPT-2 example: 1,024 and 512). ``layers`` limits the
+    weight-delta norms to those layers (default: every manipulated layer). The trace
+    corrupts ``trace_occurrence`` of the subject ("last": the shipped prompts name it in
+    the question and again in the answer; ROME takes the first).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = None        # the edited checkpoint
+    base_model: str | None = None   # the original checkpoint
+    edits: str | None = None        # edit file; None: the shipped set
+    texts: str | None = None        # text file for perplexity; None: the shipped set
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    device: str = "auto"
+    layers: tuple[int, ...] | None = None
+    norm: Literal["fro", "spectral"] = "fro"
+    max_length: int | None = None
+    stride: int | None = None
+    trace_samples: int = 10
+    trace_noise: float | None = None
+    trace_noise_factor: float = 3.0
+    trace_seed: int = 1
+    trace_window: int = 10
+    trace_edits: tuple[int, ...] | None = None
+    trace_occurrence: Literal["first", "last"] = "last"
+    trace_answer: Literal["argmax", "target_true"] = "argmax"

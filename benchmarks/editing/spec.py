@@ -1,0 +1,106 @@
+"""The editing benchmark's graph: which node each EDITING_EVAL.json entry is, and its checks.
+
+Every metric reads ``model`` (the edited checkpoint), ``base_model`` (the original) or
+both; ``*_base`` entries are the same node bound to ``base_model``, so "before" and
+"after" share code, requests and cache. :func:`preflight` runs every check that needs no
+forward pass (architectures and shapes, edits, layer indices) before anything is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ...engine import Node, Rows
+from ...engine.adapters.hf_weights import check_model_dirs
+from ...engine.adapters.layer_names import num_layers, read_config
+from ...metrics.editing.causal_trace import causal_trace
+from ...metrics.editing.efficacy import efficacy, efficacy_dataset
+from ...metrics.editing.perplexity import perplexity, perplexity_change
+from ...metrics.editing.prompts import check_edit
+from ...metrics.editing.weight_delta_norm import weight_delta_norm
+from .config import ALL_METRICS, EditingConfig
+from .data import load_edits, load_texts
+
+GROUP = "EDITING"
+BASE = {"model": "base_model"}
+MAX_CONTEXT = 1024
+
+
+def _config(path: str | None) -> dict | None:
+    return read_config(path) if path and Path(path).expanduser().is_dir() else None
+
+
+def window(cfg: EditingConfig) -> tuple[int, int]:
+    """(max_length, stride): the config's, else the base model's context (<= 1,024) and half of it."""
+    max_length = cfg.max_length
+    if max_length is None:
+        mc = _config(cfg.base_model) or {}
+        max_length = min(int(mc.get("max_position_embeddings") or mc.get("n_positions") or MAX_CONTEXT), MAX_CONTEXT)
+    return max_length, cfg.stride or max(1, max_length // 2)
+
+
+def recipes(cfg: EditingConfig) -> dict[str, Callable[[], Node]]:
+    max_length, stride = window(cfg)
+    ppl = {"max_length": max_length, "stride": stride}
+    trace = {"samples": cfg.trace_samples, "noise": cfg.trace_noise, "noise_factor": cfg.trace_noise_factor,
+             "seed": cfg.trace_seed, "edits": cfg.trace_edits, "occurrence": cfg.trace_occurrence, "answer": cfg.trace_answer}
+    return {
+        "weight_delta_norm": lambda: weight_delta_norm(ord=cfg.norm, layers=cfg.layers),
+        "perplexity": lambda: perplexity(**ppl),
+        "perplexity_base": lambda: perplexity(bind=BASE, **ppl),
+        "perplexity_change": lambda: perplexity_change(**ppl),
+        "efficacy": lambda: efficacy(prompts="rewrite"),
+        "efficacy_base": lambda: efficacy(prompts="rewrite", bind=BASE),
+        "generalization": lambda: efficacy(prompts="paraphrase"),
+        "generalization_base": lambda: efficacy(prompts="paraphrase", bind=BASE),
+        "specificity": lambda: efficacy(prompts="neighborhood"),
+        "specificity_base": lambda: efficacy(prompts="neighborhood", bind=BASE),
+        "efficacy_dataset": lambda: efficacy_dataset(),
+        "causal_trace": lambda: causal_trace(restore="hidden", **trace),
+        "causal_trace_mlp": lambda: causal_trace(restore="mlp", window=cfg.trace_window, **trace),
+        "causal_trace_attn": lambda: causal_trace(restore="attn", window=cfg.trace_window, **trace),
+    }
+
+
+def nodes(cfg: EditingConfig) -> list[Node]:
+    unknown = [m for m in cfg.metrics if m not in ALL_METRICS]
+    if unknown:
+        raise ValueError(f"unknown EDITING metric(s) {unknown}; known: {', '.join(ALL_METRICS)}")
+    made = recipes(cfg)
+    return [made[m]().named(m, GROUP) for m in cfg.metrics]
+
+
+def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
+    """Every check that needs no forward pass; a ValueError names what is wrong."""
+    if not cfg.model or not cfg.base_model:
+        raise ValueError("editing needs --model EDITED_DIR and --base-model ORIGINAL_DIR")
+    for flag, path in (("--model", cfg.model), ("--base-model", cfg.base_model)):
+        if not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"{flag}: model folder not found: {path}")
+    if Path(cfg.model).expanduser().is_dir() and Path(cfg.base_model).expanduser().is_dir():
+        check_model_dirs(cfg.base_model, cfg.model)
+    for i, row in enumerate(edits):
+        check_edit(row, i)
+    mc = _config(cfg.base_model)
+    if mc is not None:
+        n = num_layers(mc)
+        bad = [x for x in cfg.layers or () if not 0 <= x < n]
+        if bad:
+            raise ValueError(f"layer {bad[0]} is out of range: the base model has {n} layers (0..{n - 1})")
+    bad_edits = [i for i in cfg.trace_edits or () if not 0 <= i < len(edits)]
+    if bad_edits:
+        raise ValueError(f"trace edit index {bad_edits[0]} is out of range: there are {len(edits)} edits")
+
+
+def resources(cfg: EditingConfig) -> dict[str, Any]:
+    """The two models (lazy) and the edits and texts (read and checked now: they are small)."""
+    from ...engine.adapters.hf import HFModel  # torch/transformers load only when a model runs
+
+    edits = load_edits(cfg.edits)
+    preflight(cfg, edits)
+    texts = load_texts(cfg.texts)
+    models = {k: HFModel(p, dtype=cfg.dtype, device=cfg.device, attention_mask="padding")
+              for k, p in (("model", cfg.model), ("base_model", cfg.base_model))}
+    return {**models, "edits": Rows(lambda: edits, cfg.edits or "shipped:edits.json"),
+            "texts": Rows(lambda: texts, cfg.texts or "shipped:texts.json")}

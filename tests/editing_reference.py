@@ -1,0 +1,54 @@
+"""ROME's causal trace written out (``calculate_hidden_flow`` / ``trace_with_patch``): the reference
+the batched trace is tested against (tests/test_editing_trace.py) and timed against
+(tests/perf/bench_editing.py). One forward pass of ``samples + 1`` rows per (position, layer)
+cell, row 0 clean, as ROME runs it. Llama module names (the demo checkpoints)."""
+
+import numpy as np
+import torch
+
+
+def rome_trace(model, ids, subject, noise, samples, seed, kind, window, answer=None):
+    """ROME's calculate_hidden_flow / trace_with_patch, one forward of samples+1 rows per cell."""
+    n_layers = model.config.num_hidden_layers
+    modules = dict(model.named_modules())
+    inp = torch.tensor([ids] * (samples + 1))
+    a, b = subject
+    with torch.no_grad():
+        clean = torch.softmax(model(inp[:1]).logits[0, -1], -1)
+    answer = int(clean.argmax()) if answer is None else answer
+
+    def patched(states):  # states: list of (module name, position)
+        def noise_hook(_m, _i, out):
+            out = out.clone()
+            draw = np.random.RandomState(seed).randn(out.shape[0] - 1, b - a, out.shape[2])
+            out[1:, a:b] += noise * torch.from_numpy(draw).to(out.dtype)
+            return out
+
+        def restore_hook(pos):
+            def hook(_m, _i, out):
+                h = (out[0] if isinstance(out, tuple) else out).clone()
+                h[1:, pos] = h[0, pos]
+                return (h, *out[1:]) if isinstance(out, tuple) else h
+            return hook
+
+        hs = [modules["model.embed_tokens"].register_forward_hook(noise_hook)]
+        hs += [modules[name].register_forward_hook(restore_hook(pos)) for name, pos in states]
+        try:
+            with torch.no_grad():
+                probs = torch.softmax(model(inp).logits[1:, -1, :], dim=1).mean(dim=0)[answer]
+        finally:
+            for h in hs:
+                h.remove()
+        return float(probs)
+
+    low = patched([])
+    grid = np.zeros((len(ids), n_layers))
+    for t in range(len(ids)):
+        for layer in range(n_layers):
+            if kind == "hidden":
+                names = [f"model.layers.{layer}"]
+            else:
+                lo, hi = max(0, layer - window // 2), min(n_layers, layer - (-window // 2))
+                names = [f"model.layers.{x}.{'mlp' if kind == 'mlp' else 'self_attn'}" for x in range(lo, hi)]
+            grid[t, layer] = patched([(n, t) for n in names])
+    return grid, low, float(clean[answer]), answer
