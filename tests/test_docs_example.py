@@ -106,3 +106,36 @@ def test_writing_a_benchmark_retain_recipe_runs(tmp_path, monkeypatch):
     evals = json.loads((tmp_path / "out" / "MYBENCH_EVAL.json").read_text())
     assert {"forget_TR", "forget_TR@retain_model", "forget_PARA@retain_model", "forget_PERT@retain_model"} <= set(evals)
     assert evals["forget_TR@retain_model"]["agg_value"] == retain
+
+
+def test_adding_a_metric_to_a_benchmark_runs(tmp_path, monkeypatch):
+    """The page's "Adding your metric to a benchmark" block, after the worked example, on the fixture TOFU data."""
+    from evaldag.benchmarks.tofu.data import load_subset
+
+    fix = ROOT / "tests" / "fixtures"
+    monkeypatch.chdir(ROOT)
+    text = DOC.read_text()
+    hf_model, _, example = _section_blocks(text, "A worked example")
+    (block,) = _section_blocks(text, "Adding your metric to a benchmark")
+    ns = {"CACHE": str(tmp_path / "example-cache"), "__name__": "doc_example"}
+    for b in (hf_model, example):
+        exec(compile(b, str(DOC), "exec"), ns)
+    for name, target in (("TOFU", fix / "tofu_tiny"), ("ckpt", fix / "tiny-llama" / "target")):
+        (tmp_path / name).symlink_to(target)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVALDAG_CACHE_DIR", str(tmp_path / "cache"))
+    exec(compile(block, str(DOC), "exec"), ns)
+    tofu = ns["tofu"]
+    assert tofu.ok
+    assert sorted(ns["resources"]) == ["model", "tofu_forget", "tofu_holdout", "tofu_ra", "tofu_retain", "tofu_wf"]  # as the page prints
+    out = tmp_path / "results"
+    assert set(json.loads((out / "TOFU_EVAL.json").read_text())) == {"forget_Q_A_Prob"}
+    mine = json.loads((out / "RUN_EVAL.json").read_text())["forget_nll"]
+    # the user's metric on the forget split: the mean NLL of each answer given its question
+    enc, adapter = ns["model"].encoder(), ns["model"].load()
+    rows = load_subset(str(fix / "tofu_tiny"), "forget10")
+    reqs = [TokenStats(tuple(enc.encode(r["question"])), tuple(enc.encode(r["answer"], add_special_tokens=False))) for r in rows]
+    nll = [-float(np.asarray(s.logprob, dtype=np.float64).mean()) for s in adapter.run_batch(reqs)]
+    assert len(mine["value_by_index"]) == len(rows)
+    assert mine["agg_value"] == pytest.approx(np.mean(nll), rel=1e-5)
+    assert json.loads((out / "RUN_SUMMARY.json").read_text()) == {"forget_nll": mine["agg_value"]}
