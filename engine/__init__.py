@@ -1,32 +1,40 @@
 """evaldag's engine: declare metrics, build the graph, run it with a shared cache.
 
-The public API (one page; see docs/writing-a-metric.md)::
+The public API is what docs/writing-a-metric.md explains, nothing more::
 
-    metric, provider, Metric, Params      declare metrics, providers, parameters
-    Result                                what a metric returns
-    Graph, run, RunResult                 build and run a graph
-    Cache, default_cache_dir              the on-disk cache
-    TokenStats, Generate, GenerationSettings, HiddenStates, GradNorm   requests
-    Rows, Value                           wrap data for binding as resources
-    write_report                          <BENCH>_EVAL.json, _SUMMARY.json, run.json
+    metric, provider, Metric, Params, Node     declare metrics, providers, parameters; a configured metric
+    DeclarationError, GraphError               bad declarations / graphs, raised before any model loads
+    Result                                     what a metric returns
+    Graph, run, RunResult                      build and run a graph
+    Cache                                      the on-disk cache (run(..., cache=))
+    TokenStats, Generate, GenerationSettings, HiddenStates, GradNorm   requests a scorer yields
+    TokenStatsResult, pack_token_stats, unpack_token_stats             per-token statistics and their reader
+    Rows, Value                                wrap data for binding as resources
+    HFModel, PromptTemplate                    a transformers checkpoint as a resource; QA prompt tags
+    write_report                               <GROUP>_EVAL.json, _SUMMARY.json, run.json
+
+Everything else is imported from its module (``evaldag.engine.declare.REGISTRY``,
+``evaldag.engine.resources.MissingResource``, ...).
 """
 
+from .adapters.base import PromptTemplate
 from .adapters.hf import HFModel
-from .declare import REGISTRY, DeclarationError, Metric, MetricDef, Node, NoParams, Params, metric, provider
+from .declare import DeclarationError, Metric, Node, Params, metric, provider
 from .graph import Graph, GraphError
 from .requests import (
-    Generate, GenerationSettings, GradNorm, HiddenStates, Request, TokenStats, TokenStatsResult, pack_token_stats,
+    Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats, TokenStatsResult, pack_token_stats,
     unpack_token_stats,
 )
-from .resources import MissingResource, Rows, Value
-from .cache import Cache, default_cache_dir
+from .resources import Rows, Value
+from .cache import Cache
 from .outputs import write as write_report
 from .results import Result, RunResult
 from .run import run
 
 __all__ = [
-    "REGISTRY", "DeclarationError", "Metric", "MetricDef", "Node", "NoParams", "Params", "metric", "provider",
-    "Graph", "GraphError", "write_report", "Generate", "GenerationSettings", "GradNorm", "HiddenStates",
-    "Request", "TokenStats", "MissingResource", "Rows", "Value", "Result", "RunResult", "run", "Cache",
-    "default_cache_dir", "HFModel", "TokenStatsResult", "pack_token_stats", "unpack_token_stats",
+    "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "GraphError",
+    "Result", "Graph", "run", "RunResult", "Cache",
+    "TokenStats", "Generate", "GenerationSettings", "HiddenStates", "GradNorm",
+    "TokenStatsResult", "pack_token_stats", "unpack_token_stats",
+    "Rows", "Value", "HFModel", "PromptTemplate", "write_report",
 ]

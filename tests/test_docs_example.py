@@ -139,3 +139,12 @@ def test_adding_a_metric_to_a_benchmark_runs(tmp_path, monkeypatch):
     assert len(mine["value_by_index"]) == len(rows)
     assert mine["agg_value"] == pytest.approx(np.mean(nll), rel=1e-5)
     assert json.loads((out / "RUN_SUMMARY.json").read_text()) == {"forget_nll": mine["agg_value"]}
+
+
+def test_public_api_is_what_the_metric_page_explains():
+    """evaldag.engine.__all__ and the page's "API on this page" list are the same names, and each imports."""
+    import evaldag.engine as engine
+
+    section = re.search(r"## The API on this page\n(.*?)(?=\n## |\Z)", DOC.read_text(), re.S).group(1)
+    assert set(re.findall(r"`([A-Za-z_]+)`", section)) == set(engine.__all__)
+    assert all(hasattr(engine, name) for name in engine.__all__)

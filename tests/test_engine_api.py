@@ -105,5 +105,5 @@ def test_third_party_metrics_register_through_entry_points(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run([EVALDAG, "list"], capture_output=True, text=True, check=True, env=env).stdout
     assert "thirdparty_answer" in out and "Always 42." in out
-    code = "from evaldag.engine import REGISTRY, run; m = REGISTRY.get('thirdparty_answer'); print(run([m(name='t')], {}, cache_dir=%r)['t'].agg_value)" % str(tmp_path / "c")
+    code = "from evaldag.engine import run; from evaldag.engine.declare import REGISTRY; m = REGISTRY.get('thirdparty_answer'); print(run([m(name='t')], {}, cache_dir=%r)['t'].agg_value)" % str(tmp_path / "c")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.strip() == "42.0"

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from evaldag.engine import DeclarationError, Graph, GraphError, MissingResource, Params, Result, Rows, metric, run
+from evaldag.engine import DeclarationError, Graph, GraphError, Params, Result, Rows, metric, run
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine.fingerprint import FingerprintError, hash_value
+from evaldag.engine.resources import MissingResource
 
 
 class K(Params):
