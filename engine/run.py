@@ -52,6 +52,7 @@ def run(
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
     cache = Cache.open(cache if cache is not None else cache_dir)
+    cache.mark()  # clear/prune only ever touch a root that carries the cache's marker
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     with cache.filehash.active():  # model files are hashed through this cache's memo

@@ -7,6 +7,7 @@
     <root>/requests.sqlite                 model request results cache.requests (requests.py)
     <root>/history/                        last components per node slot  cache.history (history.py)
     <root>/filehash.json                   model-file hash memo cache.filehash (filehash.py)
+    <root>/evaldag-cache.json              the marker: clear/prune touch only marked roots (safety.py)
 
 The codec (codec.py) is the one pickle-free format of node values and request results.
 ``run()``, the CLI and the demo build a ``Cache`` the same way: ``Cache(dir)`` (``None``:
@@ -17,7 +18,6 @@ executor on ``cache.requests`` itself.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -27,10 +27,11 @@ from .files import atomic_write, default_cache_dir
 from .history import History
 from .nodes import Entry, NodeStore
 from .requests import RequestStore
+from .safety import MARKER, NotACache, clear_entries, require_marker, write_marker
 
 __all__ = [
-    "Cache", "CorruptEntry", "CorruptEntryWarning", "EncodeError", "Entry", "FileHashMemo", "History",
-    "NodeStore", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+    "MARKER", "Cache", "CorruptEntry", "CorruptEntryWarning", "EncodeError", "Entry", "FileHashMemo", "History",
+    "NodeStore", "NotACache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
 ]
 
 
@@ -67,15 +68,23 @@ class Cache:
         """Paths of node entries that fail their checks (left in place)."""
         return self.nodes.verify()
 
+    def mark(self) -> None:
+        """Write the root marker (``run()`` does, before it stores anything)."""
+        write_marker(self.root)
+
     def prune(self, older_than_seconds: float) -> int:
-        """Delete node entries and request results not used for ``older_than_seconds``."""
+        """Delete node entries and request results not used for ``older_than_seconds`` (a marked root only)."""
+        require_marker(self.root)
         cutoff = time.time() - older_than_seconds
         n = self.nodes.prune(cutoff)
         if self.requests.path.exists():
             n += self.requests.prune(cutoff)
         return n
 
-    def clear(self) -> None:
+    def clear(self) -> tuple[int, list[Path]]:
+        """Remove every entry the cache wrote; a root without the marker raises :class:`NotACache`.
+
+        Returns (files removed, paths left: whatever else the folder held, untouched).
+        """
         self.requests.close()
-        if self.root.exists():
-            shutil.rmtree(self.root)
+        return clear_entries(self.root)

@@ -93,9 +93,10 @@ class NodeStore:
 
     # ------------------------------------------------------------------ maintenance
     def entries(self) -> Iterator[Path]:
+        """The node files; a symbolic link (file or folder) is not an entry, so prune never follows one."""
         objects = self.root / "objects"
-        if objects.exists():
-            yield from sorted(objects.glob("*/*.safetensors"))
+        if objects.exists() and not objects.is_symlink():
+            yield from sorted(p for p in objects.glob("*/*.safetensors") if not p.is_symlink() and not p.parent.is_symlink())
 
     def verify(self) -> list[str]:
         """Check every entry's checksum; returns the paths that failed (left in place)."""

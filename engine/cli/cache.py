@@ -7,7 +7,7 @@ import json
 import re
 import sys
 
-from ..cache import Cache
+from ..cache import Cache, NotACache
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,6 +20,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return c
 
 
+def clear(args: argparse.Namespace, cache: Cache) -> int:
+    """Ask first (a terminal) or need --yes (no terminal: a pipe's "n" must not clear)."""
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("evaldag: error: cache clear needs --yes when not run from a terminal; nothing removed", file=sys.stderr)
+            return 2
+        if input(f"delete the entries of the cache {cache.root}? [y/N] ").strip().lower() != "y":
+            return 1
+    removed, left = cache.clear()
+    print(f"cleared {cache.root}: {removed} files removed")
+    if left:
+        shown = ", ".join(str(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        print(f"left {len(left)} paths the cache did not write: {shown}")
+    return 0
+
+
 def duration(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
     if not m:
@@ -29,6 +45,14 @@ def duration(text: str) -> float:
 
 def cmd(args: argparse.Namespace) -> int:
     cache = Cache(args.cache_dir)
+    try:
+        return _action(args, cache)
+    except NotACache as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _action(args: argparse.Namespace, cache: Cache) -> int:
     store = cache.nodes
     if args.action == "info":
         print(json.dumps(cache.info(), indent=2))
@@ -48,11 +72,7 @@ def cmd(args: argparse.Namespace) -> int:
         print(f"{len(list(store.entries()))} entries, {len(bad)} corrupt")
         return 1 if bad else 0
     elif args.action == "clear":
-        if not args.yes and sys.stdin.isatty():
-            if input(f"delete {cache.root}? [y/N] ").strip().lower() != "y":
-                return 1
-        cache.clear()
-        print(f"cleared {cache.root}")
+        return clear(args, cache)
     elif args.action == "prune":
         if not args.older_than:
             raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
