@@ -10,12 +10,15 @@ called from each benchmark's ``config_from_args``.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..engine.adapters.base import PromptTemplate
+from ..engine.adapters.hf import HFModel
 from .tofu.data import load_template_args
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
@@ -56,39 +59,56 @@ class RetainOptions(ModelOptions):
         return data
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """Options for the models and the prompt, shared by TOFU, MUSE and WEAT (added once)."""
-    if any("--model" in a.option_strings for a in p._actions):
-        return
-    p.add_argument("--model", help="the model under evaluation: a local checkpoint folder (or a hub id when online)")
-    p.add_argument("--retain-model", help="the retain model: forget quality and privleak are computed through the same graph and cache")
-    p.add_argument("--reference-model", help="the reference model of the Reference MIA attack")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
-    p.add_argument("--attention-mask", default="reference", choices=["reference", "padding"],
-                   help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
-                        "when pad == eos (the default); padding: mask only padding")
-    p.add_argument("--template", choices=["plain", "chat"], default=None, help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template")
-    p.add_argument("--template-args", default=None, help="open-unlearning template_args (a model config YAML/JSON or the bare mapping)")
-    p.add_argument("--system-prompt", default=None, help="with --template chat: the system prompt")
-    p.add_argument("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)")
-    p.add_argument("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several")
-    p.add_argument("--retain-logs", default=None, help="the retain model's <BENCH>_EVAL.json, or a folder holding one per benchmark")
+def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return names, kw
+
+
+MODEL_FLAGS = (
+    _flag("--model", help="the model under evaluation: a local checkpoint folder (or a hub id when online)"),
+    _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"]),
+    _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
+    _flag("--attention-mask", default="reference", choices=["reference", "padding"],
+          help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
+               "when pad == eos (the default); padding: mask only padding"),
+)
+RETAIN_FLAGS = (
+    _flag("--retain-model", help="the retain model: forget quality and privleak are computed through the same graph and cache"),
+    _flag("--reference-model", help="the reference model of the Reference MIA attack"),
+    _flag("--retain-logs", default=None, help="the retain model's <BENCH>_EVAL.json, or a folder holding one per benchmark"),
+)
+PROMPT_FLAGS = (
+    _flag("--template", choices=["plain", "chat"], default=None, help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template"),
+    _flag("--template-args", default=None, help="open-unlearning template_args (a model config YAML/JSON or the bare mapping)"),
+    _flag("--system-prompt", default=None, help="with --template chat: the system prompt"),
+    _flag("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)"),
+    _flag("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several"),
+)
+
+
+def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prompt: bool = True) -> None:
+    """The model flags (and, for a language-model benchmark, the retain side and the prompt),
+    each added once however many benchmarks a command names."""
+    have = {s for a in p._actions for s in a.option_strings}
+    for names, kw in MODEL_FLAGS + (RETAIN_FLAGS if retain else ()) + (PROMPT_FLAGS if prompt else ()):
+        if names[0] not in have:
+            p.add_argument(*names, **kw)
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`ModelOptions` fields from the flags :func:`add_model_arguments` added."""
-    if args.template_args and args.template:
+    template_args, template = getattr(args, "template_args", None), getattr(args, "template", None)
+    if template_args and template:
         raise ValueError("give --template or --template-args, not both")
-    if args.template_args:
-        template = load_template_args(args.template_args)
-    elif args.template == "chat":
-        template = PromptTemplate.chat(system_prompt=args.system_prompt)
+    if template_args:
+        prompt = load_template_args(template_args)
+    elif template == "chat":
+        prompt = PromptTemplate.chat(system_prompt=getattr(args, "system_prompt", None))
     else:
-        template = PromptTemplate.plain()
-    return dict(model=args.model, retain_model=args.retain_model, reference_model=args.reference_model,
-                dtype=args.dtype, device=args.device, attention_mask=args.attention_mask, template=template,
-                joint_tokenization=args.joint_tokenization)
+        prompt = PromptTemplate.plain()
+    return dict(model=args.model, retain_model=getattr(args, "retain_model", None),
+                reference_model=getattr(args, "reference_model", None), dtype=args.dtype, device=args.device,
+                attention_mask=args.attention_mask, template=prompt,
+                joint_tokenization=getattr(args, "joint_tokenization", False))
 
 
 def bench_option(args: argparse.Namespace, bench: str, option: str) -> Any:
@@ -112,14 +132,12 @@ def retain_logs_file(path: str | None, group: str) -> str | None:
     return path
 
 
-def hf_model(path: str | None, opts: ModelOptions) -> Any:
-    """A lazy :class:`HFModel` for ``path`` with the config's dtype, device and masking."""
-    from ..engine.adapters.hf import HFModel  # torch and transformers: only when a model is asked for
-
+def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any:
+    """A lazy :class:`HFModel` for ``path`` with the config's dtype, device and masking,
+    checked first (:func:`check_model`): no weights load here."""
     if path is None:
         return None
-    if not Path(path).exists() and (path.startswith((".", "/")) or Path(path).suffix):
-        raise FileNotFoundError(f"model folder not found: {path}")
+    check_model(path, opts, flag)
     return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask)
 
 
@@ -129,7 +147,65 @@ def model_resources(opts: ModelOptions) -> dict[str, Any]:
         raise ValueError("--model is required (a local checkpoint folder)")
     out = {"model": hf_model(opts.model, opts)}
     if opts.retain_model:
-        out["retain_model"] = hf_model(opts.retain_model, opts)
+        out["retain_model"] = hf_model(opts.retain_model, opts, "--retain-model")
     if opts.reference_model:
-        out["reference_model"] = hf_model(opts.reference_model, opts)
+        out["reference_model"] = hf_model(opts.reference_model, opts, "--reference-model")
     return out
+
+
+def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
+    """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
+    cache when offline), its tokenizer has a chat template when the prompt needs one, and
+    the device exists. Each problem is one ValueError naming the flag and the value."""
+    folder = checkpoint_folder(path, flag)
+    if folder is not None:
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")
+        if opts.template.apply_chat_template and not has_chat_template(folder):
+            raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
+                             "(use --template plain, or --template-args with the model's tags)")
+    check_device(opts.device)
+
+
+def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
+    """The local folder of ``path`` (a folder, or a hub id's cached snapshot); None: a hub id to download."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p
+    if path.startswith((".", "/", "~")) or path.count("/") > 1:  # a path, not an org/name hub id
+        raise ValueError(f"{flag} {path}: no such checkpoint folder")
+    from huggingface_hub import try_to_load_from_cache  # only for hub ids
+
+    cached = try_to_load_from_cache(path, "config.json")
+    if isinstance(cached, str):
+        return Path(cached).parent
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or \
+            os.environ.get("TRANSFORMERS_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise ValueError(f"{flag} {path}: not a local folder, and not in the Hugging Face cache (offline: "
+                         "HF_HUB_OFFLINE is set); give a checkpoint folder")
+    return None
+
+
+def has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(config, dict) and config.get("chat_template"))
+
+
+def check_device(device: str) -> None:
+    """``--device cuda`` / ``cuda:N`` / ``mps`` must exist here (``auto`` picks what does)."""
+    if device in ("auto", "cpu"):
+        return
+    import torch  # heavy: imported only when a device is named
+
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":", 1)[1]) if ":" in device and device.split(":", 1)[1].isdigit() else 0
+        if index >= count:
+            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s)")
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("--device mps: MPS is not available on this machine")

@@ -80,6 +80,28 @@ class MetricMenu:
         return tuple(dict.fromkeys(names))
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer > 0 (the flag and the value are named in the error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants a whole number > 0, not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"wants a whole number > 0, not {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse ``type``: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants a number between 0 and 1, not {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"wants a number between 0 and 1, not {text!r}")
+    return value
+
+
 class Benchmark:
     """Subclass this; register the subclass under the ``evaldag.benchmarks`` entry-point group.
 
@@ -230,4 +252,5 @@ def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.Path
 
 
 __all__ = ["BENCHMARKS", "Benchmark", "BenchmarkRegistry", "MetricMenu", "RunFolder", "Section", "Split",
-           "benchmarks_of", "build_report_html", "load_run_folder", "splits_of", "write_report_html"]
+           "benchmarks_of", "build_report_html", "fraction", "load_run_folder", "positive_int", "splits_of",
+           "write_report_html"]

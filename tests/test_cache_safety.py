@@ -20,7 +20,7 @@ def _files(root: Path) -> dict[str, bytes]:
 @pytest.fixture()
 def used_cache(tmp_path):
     cache = tmp_path / "cache"
-    assert cli.main(["run", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(cache)]) == 0
+    assert cli.main(["run", "toy", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(cache)]) == 0
     return cache
 
 

@@ -17,7 +17,7 @@ EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 
 def test_default_run_then_warm_rerun(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    cmd = [EVALDAG, "run", "--out", str(out), "--cache-dir", str(cache)]
+    cmd = [EVALDAG, "run", "toy", "--out", str(out), "--cache-dir", str(cache)]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "toy_probability" in first.stdout and "computed" in first.stdout
     run_json = json.loads((out / "run.json").read_text())
@@ -59,7 +59,7 @@ def test_every_listed_metric_name_is_accepted_by_metrics():
 
 def test_cache_commands(tmp_path, capsys):
     cache = tmp_path / "c"
-    assert cli.main(["run", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(cache)]) == 0
+    assert cli.main(["run", "toy", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(cache)]) == 0
     assert cli.main(["cache", "info", "--cache-dir", str(cache)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["nodes"] == 6 and info["requests"] == 12

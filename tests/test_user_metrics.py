@@ -83,7 +83,7 @@ def test_a_graph_without_groups_still_writes_one_pair(tmp_path):
 
 def test_cache_explain_accepts_names_as_runs_print_them(tmp_path, capsys):
     cache, out = tmp_path / "c", tmp_path / "o"
-    assert cli.main(["run", "--quiet", "--out", str(out), "--cache-dir", str(cache)]) == 0
+    assert cli.main(["run", "toy", "--quiet", "--out", str(out), "--cache-dir", str(cache)]) == 0
     nodes = json.loads((out / "run.json").read_text())["nodes"]
     bracket = next(n for n in nodes if n.startswith("toy_answer_stats["))  # an unnamed node's id
     for what, fp in ((bracket, nodes[bracket]["fingerprint"]), ("toy_summary", nodes["toy_summary"]["fingerprint"]),
@@ -93,7 +93,7 @@ def test_cache_explain_accepts_names_as_runs_print_them(tmp_path, capsys):
         assert json.loads(capsys.readouterr().out)["fingerprint"] == fp
     assert cli.main(["cache", "explain", "no_such_node", "--cache-dir", str(cache)]) == 2
     # the same name on another model: the newest entry is shown, the other one is listed
-    assert cli.main(["run", "--quiet", "--toy-seed", "1", "--out", str(tmp_path / "o1"), "--cache-dir", str(cache)]) == 0
+    assert cli.main(["run", "toy", "--quiet", "--toy-seed", "1", "--out", str(tmp_path / "o1"), "--cache-dir", str(cache)]) == 0
     newest = json.loads((tmp_path / "o1" / "run.json").read_text())["nodes"]["toy_summary"]["fingerprint"]
     capsys.readouterr()
     assert cli.main(["cache", "explain", "toy_summary", "--cache-dir", str(cache)]) == 0

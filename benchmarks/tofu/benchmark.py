@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...engine import Node, Rows, Value
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, positive_int
 from ...engine.render.clusters import Split
 from .. import common, unlearning_report
 from . import spec
@@ -46,7 +46,7 @@ class TofuBenchmark(Benchmark):
         p.add_argument("--forget-split", default="forget10", help="TOFU: forget01, forget05 or forget10")
         p.add_argument("--holdout-split", default=None, help="TOFU: default holdout<NN> matching the forget split")
         p.add_argument("--tofu-retain-logs", default=None, help="TOFU: the retain model's TOFU_EVAL.json")
-        p.add_argument("--max-new-tokens", type=int, default=200, help="greedy generation length for ROUGE")
+        p.add_argument("--max-new-tokens", type=positive_int, default=200, help="greedy generation length for ROUGE")
 
     def config_from_args(self, args: argparse.Namespace) -> TofuConfig:
         return TofuConfig(

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
-from ...metrics.fairness.embeddings import WordVectorsResource
+from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, fraction, positive_int
+from ...metrics.fairness.embeddings import WordVectorsResource, guess_format
 from ...metrics.fairness.lookup import LookupOptions
 from ...metrics.fairness.registry import MetricSettings, metric_names
 from ...metrics.fairness.rnd import RndParams
@@ -38,19 +38,19 @@ class WeatBenchmark(Benchmark):
     resource_flags = {"embeddings": "--embeddings FILE", "model": "--model DIR"}
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        common.add_model_arguments(p)  # --model: vectors from a checkpoint's input embeddings
+        common.add_model_arguments(p, retain=False, prompt=False)  # --model: vectors from its input embeddings
         g = p.add_argument_group("weat")
         g.add_argument("--embeddings", default=None, help="WEAT: word vectors (.npz with words/vectors, word2vec text/GloVe, word2vec .bin; gzip ok)")
         g.add_argument("--embeddings-format", choices=["npz", "text", "binary"], default=None, help="WEAT: reader for --embeddings (default: from the file name)")
         g.add_argument("--queries", default=None, help="WEAT: word-set JSON (query id -> target/attribute sets and names); default: the standard WEAT tests")
-        g.add_argument("--lost-vocabulary-threshold", type=float, default=0.2, help="WEAT: a set losing more than this fraction makes the query NaN")
+        g.add_argument("--lost-vocabulary-threshold", type=fraction, default=0.2, help="WEAT: a set losing more than this fraction makes the query NaN")
         g.add_argument("--preprocessors", default="[{}]", help='WEAT: WEFE preprocessors as JSON, e.g. \'[{}, {"lowercase": true}]\'')
         g.add_argument("--strategy", choices=["first", "all"], default="first", help="WEAT: keep the first preprocessed variant found, or all")
         g.add_argument("--normalize", action="store_true", help="WEAT: divide every vector by its norm first")
         g.add_argument("--return-effect-size", action="store_true", help="WEAT: report WEAT's effect size as its result")
         g.add_argument("--p-value-method", choices=["auto", "exact", "monte_carlo", "wefe", "none"], default="auto",
                        help="WEAT: exact permutation test when the splits are few, else seeded Monte Carlo (auto); 'wefe' = WEFE's sampler")
-        g.add_argument("--p-value-iterations", type=int, default=10000, help="WEAT: permutations for monte_carlo / wefe")
+        g.add_argument("--p-value-iterations", type=positive_int, default=10000, help="WEAT: permutations for monte_carlo / wefe")
         g.add_argument("--p-value-test-type", choices=["right-sided", "left-sided", "two-sided"], default="right-sided")
         g.add_argument("--random-state", type=int, default=0, help="WEAT: seed of the sampled p-values and of RNSB's splits")
         g.add_argument("--rnd-distance", choices=["norm", "cos"], default="norm", help="WEAT: RND's distance (cos is a similarity)")
@@ -58,8 +58,13 @@ class WeatBenchmark(Benchmark):
 
     def config_from_args(self, args: argparse.Namespace) -> WeatConfig:
         names = self.metrics_from_args(args)
+        models = common.model_options(args)
+        if args.embeddings and args.model:
+            if not self.several(args):
+                raise ValueError("weat: give --embeddings FILE or --model DIR, not both")
+            models["model"] = None  # --model is the other benchmarks'; WEAT reads the embeddings file
         return WeatConfig(
-            **common.model_options(args),
+            **models,
             queries=args.queries,
             metrics=None if _everything(args.metrics) or not names else names,
             embeddings=args.embeddings,
@@ -80,7 +85,10 @@ class WeatBenchmark(Benchmark):
     def build(self, cfg: WeatConfig) -> tuple[list[Node], dict[str, Any]]:
         nodes = spec.nodes(spec.load_queries(cfg.queries), cfg.metrics, cfg)
         if cfg.embeddings:
-            resources = {"embeddings": WordVectorsResource(cfg.embeddings, format=cfg.embeddings_format)}
+            vectors = WordVectorsResource(cfg.embeddings, format=cfg.embeddings_format)
+            if (cfg.embeddings_format or guess_format(cfg.embeddings)) == "npz":
+                vectors.value()  # cheap to read: a malformed file is one error now, not one per node
+            resources = {"embeddings": vectors}
         elif cfg.model:
             resources = {"model": common.hf_model(cfg.model, cfg)}
         else:

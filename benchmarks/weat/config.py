@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...metrics.fairness.lookup import LookupOptions
 from ...metrics.fairness.registry import MetricSettings
@@ -28,6 +28,12 @@ class WeatConfig(ModelOptions):
     leading_space: bool = False  # with a model: tokenize " word" (the mid-sentence form)
     lookup: LookupOptions = Field(default_factory=LookupOptions)
     settings: MetricSettings = Field(default_factory=MetricSettings)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "WeatConfig":
+        if self.embeddings and self.model:
+            raise ValueError("give embeddings (a word-vector file) or model (its input embeddings), not both")
+        return self
 
     @property
     def source(self) -> Source:

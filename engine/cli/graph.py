@@ -43,16 +43,23 @@ def plan_view(args: argparse.Namespace):
     names = args.benchmarks or ["toy"]
     benches = [BENCHMARKS.get(n) for n in names]
     nodes, resources = [], {}
+    bound = bool(args.cache_dir)  # every benchmark's resources, so fingerprints and cache status
     for b, cfg in zip(benches, configs(args, benches)):
-        if not args.cache_dir:  # structure only: no data or model needed
-            nodes += b.plan(cfg)
-            continue
-        n, res = b.build(cfg)
-        nodes += n
-        resources.update(res or {})
+        if args.cache_dir:  # cache status needs the resources' fingerprints: data and model paths
+            try:
+                n, res = b.build(cfg)
+            except (ValueError, OSError) as e:
+                print(f"evaldag: warning: {b.name}: cannot bind its data or models ({config_error(e)}); "
+                      "drawing its plan without cache status", file=sys.stderr)
+                bound = False
+            else:
+                nodes += n
+                resources.update(res or {})
+                continue
+        nodes += b.plan(cfg)  # structure only: no data or model needed
     graph = Graph(nodes)
     store = None
-    if args.cache_dir:
+    if bound:
         try:
             graph.fingerprint(ResourceSet(resources))
             store = Cache(args.cache_dir).nodes

@@ -1,6 +1,6 @@
 """The ``evaldag`` command line.
 
-    evaldag run [BENCH ...] [options]     run benchmarks (default: the toy graph)
+    evaldag run BENCH [BENCH ...] [opts]  run benchmarks (`evaldag list` shows them)
     evaldag graph BENCH | --run OUT_DIR   draw the plan of a benchmark, or a finished run
     evaldag report OUT_DIR [...]          rebuild report.html, several runs side by side
     evaldag list                          benchmarks (with their --metrics names) and metrics
@@ -27,10 +27,17 @@ from . import cache, graph, list as list_cmd, report, run
 COMMANDS_GROUP = "evaldag.commands"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``evaldag: error: argument --batch-tokens: ...``, exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"evaldag: error: {message} (see `{self.prog} --help`)\n")
+
+
 def parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; ``run`` and ``graph`` gain the options of each named benchmark."""
     benches = [BENCHMARKS.get(b) for b in benchmarks or []]
-    p = argparse.ArgumentParser(prog="evaldag", description="Evaluate language models with metric graphs.")
+    p = Parser(prog="evaldag", description="Evaluate language models with metric graphs.")
     sub = p.add_subparsers(dest="cmd", required=True)
     run.add_parser(sub, benches)
     graph.add_parser(sub, benches)
@@ -55,6 +62,13 @@ def _command_words(argv: list[str]) -> tuple[str | None, list[str]]:
     return argv[0], named
 
 
+def _description(name: str) -> str:
+    try:
+        return BENCHMARKS.get(name).description
+    except Exception as e:  # a broken plugin is named with its error
+        return f"(cannot be loaded: {type(e).__name__}: {e})"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if hasattr(signal, "SIGPIPE"):  # `evaldag ... | head` ends quietly
@@ -64,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     # benchmark options are added once we know which benchmarks were named, read from the
     # words after the command (so `evaldag run tofu --help` lists TOFU's options too)
     cmd, named = _command_words(argv)
-    benches = (named or ["toy"]) if cmd in ("run", "graph") else []
+    if cmd == "run" and not named and not {"-h", "--help"} & set(argv):
+        print("evaldag: error: name the benchmarks to run: `evaldag run NAME [NAME ...]`; known:", file=sys.stderr)
+        for name in BENCHMARKS.names():
+            print(f"  {name:8s} {_description(name)}", file=sys.stderr)
+        return 2
+    benches = (named or ["toy"]) if cmd == "graph" else named if cmd == "run" else []
     unknown = [b for b in benches if b not in BENCHMARKS]
     if unknown:
         print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)

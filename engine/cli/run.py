@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import pydantic
 
-from ..benchmark import BENCHMARKS, Benchmark, write_report_html
+from ..benchmark import BENCHMARKS, Benchmark, positive_int, write_report_html
 from ..cache import Cache
 from ..distributed import Group, launch, prepare
 from ..graph import GraphError
@@ -19,13 +20,13 @@ from ..run import run
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
-    r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())}); default: toy")
+    r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())})")
     r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
     r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
-    r.add_argument("-j", "--n-jobs", type=int, default=1, help="parallel CPU workers for aggregators (joblib)")
-    r.add_argument("--batch-tokens", type=int, default=None, help="token budget per batch (default: per device)")
+    r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
+    r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
     r.add_argument("--force", action="store_true", help="recompute every node, ignoring cached node results")
     r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
     r.add_argument("--quiet", action="store_true", help="print only errors")
@@ -58,6 +59,19 @@ def configs(args: argparse.Namespace, benches: list[Benchmark]) -> list[pydantic
     return [b.config_from_args(args) for b in benches]
 
 
+def check_folders(cache_dir: str | None, out: Path) -> None:
+    """--cache-dir and --out, before anything is built: a file or a folder we cannot write is one line."""
+    if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
+        raise ValueError(f"--cache-dir {cache_dir}: a file, not a folder")
+    where = out
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise ValueError(f"--out {out}: {where} is a file, not a folder")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: cannot write in {where}")
+
+
 def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     if args.launcher == "torchrun":
         return launch.exec_torchrun(argv or [], args)
@@ -74,9 +88,11 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
 
 def _cmd(args: argparse.Namespace, group: Group | None) -> int:
-    benches = [BENCHMARKS.get(n) for n in args.benchmarks or ["toy"]]
+    benches = [BENCHMARKS.get(n) for n in args.benchmarks]
     nodes, resources = [], {}
+    out = Path(args.out or "evaldag-out")
     try:
+        check_folders(args.cache_dir, out)
         cfgs = configs(args, benches)
         for b, cfg in zip(benches, cfgs):
             n, res = b.build(cfg)
@@ -88,7 +104,7 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
                                              batch_tokens=args.batch_tokens)
         result = run(nodes, resources, cache=cache, executor=executor, progress=args.progress,
                      batch_tokens=args.batch_tokens, n_jobs=args.n_jobs, force=args.force)
-    except (GraphError, MissingResource, ValueError, FileNotFoundError, launch.RankFailure) as e:
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
@@ -96,7 +112,6 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     done = launch.finish(group, result)  # only rank 0 writes the outputs
     if done is not None:
         return done
-    out = Path(args.out or "evaldag-out")
     write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches])
     for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
         b.write_outputs(result, out, cfg)
