@@ -168,7 +168,7 @@ def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path
 def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
     t0 = time.monotonic()
     # rank 1 of 2 waits for a rank 0 that never starts
-    (code, err), = _finish([_start([str(BIN / "evaldag"), "run", "--quiet", "--out", str(tmp_path / "o"),
+    (code, err), = _finish([_start([str(BIN / "evaldag"), "run", "toy", "--quiet", "--out", str(tmp_path / "o"),
                                     "--cache-dir", str(tmp_path / "c")], RANK="1", LOCAL_RANK="0", WORLD_SIZE="2",
                                    MASTER_PORT=str(_port()), EVALDAG_DIST_TIMEOUT="2")])
     assert code == 2
