@@ -13,7 +13,7 @@ A *scorer* is a metric whose function is a generator: it ``yield``s a list of re
 
 Calling a declared metric configures an instance (a :class:`Node`)::
 
-    probability(name="forget_Q_A_Prob", parents={"stats": stats_node}, bind={"data": "tofu/forget"})
+    probability(name="forget_Q_A_Prob", parents={"stats": stats_node}, bind={"data": "tofu_forget"})
 
 ``bind`` renames resources for the node and everything upstream of it, so the same
 declared subgraph can run on ``model`` or on ``retain_model``; the fingerprint uses the
@@ -253,6 +253,8 @@ class Metric:
     ``needs`` and a ``compute(self, **inputs)`` method (a generator for a scorer). The
     class is declared and registered when it is defined; calling the class's
     ``metric`` attribute configures instances exactly like a decorated function.
+    ``instance`` is the one object whose ``compute`` every node of the class calls, so its
+    state (a loaded scorer, a counter) lasts across runs in one process.
     """
 
     name: str = ""
@@ -261,12 +263,13 @@ class Metric:
     parents: ParentsDecl = None
     needs: tuple[str, ...] = ()
     metric: MetricDef
+    instance: "Metric"
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if not cls.name:
             return
-        instance = cls()
+        cls.instance = instance = cls()
         compute = instance.compute
         # Wrap so the declared function keeps the method's signature without `self`.
         cls.metric = metric(cls.name, version=cls.version, params=cls.Params, parents=cls.parents, needs=cls.needs)(compute)

@@ -65,10 +65,18 @@ class Counter(Metric):
 
 
 def test_stateful_metric_class(tmp_path):
-    node = Counter.metric(offset=0.5, name="c")
-    res = run([node], {"numbers": [1, 2]}, cache_dir=tmp_path)
-    assert res["c"].agg_value == 3.5
+    """One instance serves every node of the class; its state lasts across runs, and a
+    cached node does not call it."""
+    state = Counter.instance
+    start = state.calls
+    res = run([Counter.metric(offset=0.5, name="c")], {"numbers": [1, 2]}, cache_dir=tmp_path)
+    assert res["c"].agg_value == 3.5 and state.calls == start + 1
+    again = run([Counter.metric(offset=0.5, name="c")], {"numbers": [1, 2]}, cache_dir=tmp_path)
+    assert again.record("c").status == "cached" and state.calls == start + 1
+    other = run([Counter.metric(offset=1.5, name="c")], {"numbers": [1, 2]}, cache_dir=tmp_path)
+    assert other["c"].agg_value == 4.5 and state.calls == start + 2
     assert REGISTRY.get("api_counter") is Counter.metric and Counter.metric.kind == "aggregator"
+    assert Counter.metric.fn.__self__ is state
 
 
 def test_nan_results_keep_their_reason_through_the_report(tmp_path):
