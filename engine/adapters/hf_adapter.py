@@ -27,6 +27,7 @@ from ..requests import (
     TokenStats, TokenStatsResult,
 )
 from .base import OutOfMemory
+from . import hf_grad
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from .hf_patching import run_causal_traces
 
@@ -36,6 +37,8 @@ STATS_CHUNK_ROWS = 256
 ATTENTION_MASKS = ("reference", "padding")
 # Executor batches of Generate requests handed to the decode loop at once (see group_budget).
 GENERATE_GROUP = 8
+# GradNorm: rows per vmapped backward, and the memory their per-sample gradients may take.
+GRAD_ROWS, GRAD_MEMORY_BYTES = 16, 2 << 30
 
 
 class HFAdapter:
@@ -66,6 +69,12 @@ class HFAdapter:
         self._generate_budget: Any = None  # the executor's budget, for the loop's rows
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
+        # GradNorm rows per vmapped backward (1: one backward per row, open-unlearning's
+        # way). On CPU the default stays 1: batched norms differ from one-row norms by
+        # float rounding (~1e-7 relative), and the golden outputs are one-row numbers.
+        self.grad_rows = GRAD_ROWS if self.device == "cuda" else 1
+        self._grad_ok: bool | None = None
+        self._grad_used: list[str] | None = None  # parameters a one-row backward reaches
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         # The id open-unlearning's collator masks wherever it occurs. Without a pad token
@@ -124,7 +133,10 @@ class HFAdapter:
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
         GENERATE_GROUP batches at once and keeps its active rows under ``budget``
-        itself, so a freed slot has a waiting prompt to take."""
+        itself, so a freed slot has a waiting prompt to take. GradNorm takes many rows
+        (under the token budget) when it can batch them, and splits them by length."""
+        if kind == "grad_norm" and self._grad_batched():
+            return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * self._grad_rows()))
         if kind != "generate" or not self._lean_loop():
             return budget
         self._generate_budget = budget
@@ -305,47 +317,53 @@ class HFAdapter:
         return out
 
     def _grad_norm(self, reqs: list[GradNorm]) -> list[GradNormResult]:
-        """open-unlearning's GradNorm attack, one sample at a time, in train mode.
+        """open-unlearning's GradNorm attack, in train mode (see hf_grad for the rules).
 
-        loss = -mean(log p of the continuation, minus its last token if exclude_last);
-        value = mean over parameters with a gradient of ``||grad||_p`` (not a global norm).
-        Train mode turns dropout on where a model has it, as open-unlearning does; each
-        sample runs under a forked RNG seeded with 0 so the value depends only on the
-        request. Empty targets give NaN. Eval mode is restored afterwards. The forward
-        is open-unlearning's batch of one: no position ids, and in reference mode the
-        mask ``ids != pad``.
+        Rows of one length (and p) go through one vmapped backward (hf_grad.many_rows)
+        when the model has no active dropout and ``grad_rows`` > 1; the rest, and models
+        with dropout, take one backward per row, open-unlearning's batch of one (no
+        position ids; in reference mode the mask ``ids != pad``). Both give the same
+        norms within float rounding. Empty targets give NaN. Eval mode is restored.
         """
-        import torch
-
-        model, out, real = self.model, [], 0
+        model, out = self.model, [float("nan")] * len(reqs)
         was_training = model.training
         try:
             model.train()
-            for r in reqs:
-                if not r.context_ids:
-                    raise ValueError("GradNorm needs at least one context token")
-                c, n = len(r.context_ids), len(r.continuation_ids) - (1 if r.exclude_last else 0)
-                real += c + len(r.continuation_ids)
-                if n <= 0:
-                    out.append(GradNormResult(float("nan")))
-                    continue
-                ids = torch.tensor([r.context_ids + r.continuation_ids], device=model.device)
-                cuda = [model.device] if model.device.type == "cuda" else []
-                with torch.enable_grad(), torch.random.fork_rng(devices=cuda):
-                    torch.manual_seed(0)
-                    mask = torch.ones_like(ids) if self.masked_id is None else (ids != self.masked_id).long()
-                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[0]
-                    logp = torch.log_softmax(logits[c - 1 : c - 1 + n].float(), dim=-1)
-                    loss = -logp.gather(1, ids[0, c : c + n, None]).mean()
-                    model.zero_grad(set_to_none=True)
-                    loss.backward()
-                norms = [p.grad.detach().float().norm(p=r.p) for p in model.parameters() if p.grad is not None]
-                out.append(GradNormResult(float(torch.stack(norms).mean())))
+            todo = [i for i, r in enumerate(reqs) if hf_grad.scored(r) > 0]
+            groups: dict[tuple, list[int]] = {}
+            for i in todo:
+                r = reqs[i]
+                if self._grad_batched() and (self.masked_id is None or self.masked_id not in r.context_ids + r.continuation_ids):
+                    groups.setdefault((r.length(), r.p), []).append(i)
+            batched = [g for g in groups.values() if len(g) > 1]
+            together = {i for g in batched for i in g}
+            for i in (i for i in todo if i not in together):
+                out[i], self._grad_used = hf_grad.one_row(model, reqs[i], self.masked_id)
+            for g in batched:
+                if self._grad_used is None:
+                    out[g[0]], self._grad_used = hf_grad.one_row(model, reqs[g[0]], self.masked_id)
+                    g = g[1:]
+                for a in range(0, len(g), self._grad_rows()):
+                    part = g[a : a + self._grad_rows()]
+                    for i, v in zip(part, hf_grad.many_rows(model, [reqs[i] for i in part], self.masked_id, self._grad_used)):
+                        out[i] = v
         finally:
             model.zero_grad(set_to_none=True)
             model.train(was_training)
+        real = sum(r.length() for r in reqs)
         self.last_batch_tokens = (real, real)
-        return out
+        return [GradNormResult(v) for v in out]
+
+    def _grad_batched(self) -> bool:
+        if self._grad_ok is None:
+            self._grad_ok = self.grad_rows > 1 and hf_grad.dropout_free(self.model)
+        return self._grad_ok
+
+    def _grad_rows(self) -> int:
+        """Rows per vmapped backward: ``grad_rows``, and their per-sample gradients
+        (every parameter, once per row) within GRAD_MEMORY_BYTES."""
+        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return max(1, min(self.grad_rows, GRAD_MEMORY_BYTES // max(1, size)))
 
 
 def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:
