@@ -37,6 +37,10 @@ STATS_CHUNK_ROWS = 256
 ATTENTION_MASKS = ("reference", "padding")
 # Executor batches of Generate requests handed to the decode loop at once (see group_budget).
 GENERATE_GROUP = 8
+# CPU decode rows at once: a decode step is one token per row, so the scoring budget
+# (4,096 tokens, ~16 prompts of 250) says nothing about it; on the 4 x 256 Llama 64
+# rows decoded ~1.8x faster per token than 16, and the KV cache stays small.
+CPU_DECODE_ROWS = 64
 # GradNorm: rows per vmapped backward, and the memory their per-sample gradients may take.
 GRAD_ROWS, GRAD_MEMORY_BYTES = 16, 2 << 30
 
@@ -149,13 +153,16 @@ class HFAdapter:
         return self._lean
 
     def _slots(self, reqs: list[Generate]) -> int:
-        """Rows decoding at once: ``generate_slots`` if set, else as many of the longest
-        request as the executor's budget holds, else the whole batch."""
+        """Rows decoding at once: ``generate_slots`` if set; on CPU CPU_DECODE_ROWS;
+        else as many of the longest request as the executor's budget holds (its KV
+        cache and activations), else the whole batch."""
         if self.generate_slots:
             return self.generate_slots
         b = self._generate_budget
         if b is None:
             return len(reqs)
+        if self.device == "cpu":
+            return CPU_DECODE_ROWS
         return max(1, min(b.max_batch, b.tokens // max(r.length() for r in reqs)))
 
     # -- batching helpers

@@ -41,6 +41,8 @@ _NEUTRAL = {
 # A waiting prompt is prefilled once this share of the slots is free (or none is busy):
 # one prefill per freed row would pay a forward pass's overhead per prompt.
 REFILL_SHARE = 0.25
+# A prefill group is split where padding its prompts to the longest would waste more.
+PREFILL_PADDING = 0.03
 
 
 def eos_ids(model: Any) -> set:
@@ -101,11 +103,13 @@ class DecodeLoop:
             while rows or waiting:
                 free = self.slots - len(rows)
                 if waiting and (free >= refill_at or not rows):
-                    take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
-                    logits, c2, m2, p2, cost = self._prefill([reqs[i].prompt_ids for i in take])
-                    computed += cost
-                    cache, mask, pos = _merge(cache, mask, pos, c2, m2, p2)
-                    rows += take
+                    take = []
+                    for part in _similar_lengths([waiting.popleft() for _ in range(min(free, len(waiting)))], reqs):
+                        out, c2, m2, p2, cost = self._prefill([reqs[i].prompt_ids for i in part])
+                        computed += cost
+                        cache, mask, pos = _merge(cache, mask, pos, c2, m2, p2)
+                        rows, take = rows + part, take + part
+                        logits = out if len(take) == len(part) else torch.cat([logits, out])
                 else:
                     step = torch.tensor([[new[i][-1]] for i in rows], device=dev)
                     mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
@@ -156,6 +160,24 @@ class DecodeLoop:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                          use_cache=True, **kw)
         return out.logits[:, -1, :].float()
+
+
+def _similar_lengths(idx: list[int], reqs: Sequence[Generate]) -> list[list[int]]:
+    """Split prompts into prefill groups, longest first, each padded by at most
+    PREFILL_PADDING of its rectangle (one group when that holds for all)."""
+    idx = sorted(idx, key=lambda i: -len(reqs[i].prompt_ids))
+    groups: list[list[int]] = []
+    for i in idx:
+        n = len(reqs[i].prompt_ids)
+        g = groups[-1] if groups else None
+        if g is not None:
+            width = len(reqs[g[0]].prompt_ids)
+            real = sum(len(reqs[j].prompt_ids) for j in g) + n
+            if 1 - real / (width * (len(g) + 1)) <= PREFILL_PADDING:
+                g.append(i)
+                continue
+        groups.append([i])
+    return groups
 
 
 def _int32(toks: list[int]) -> Any:
