@@ -144,8 +144,11 @@ def test_stop_strings_are_honoured_during_batched_generation():
     _, padded = adapter.last_batch_tokens
     width = max(len(r.prompt_ids) for r in reqs)
     assert max(len(b.token_ids) for b in batched) <= 20
+    real = sum(len(r.prompt_ids) + len(b.token_ids) for r, b in zip(reqs, batched))
     assert len({len(b.token_ids) for b in batched}) > 1
-    assert padded == len(reqs) * width + sum(len(b.token_ids) for b in batched)
+    # generate() computed every row until the longest finished; what is left here is
+    # the prefill's left padding (prompts are prefilled in groups of similar length)
+    assert padded - real <= 0.05 * padded < len(reqs) * (width + max(len(b.token_ids) for b in batched)) - real
 
 
 def test_per_sequence_max_new_tokens_and_seeded_sampling():
