@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
+from ..engine.adapters.placement import parse_max_memory
 from .tofu.data import load_template_args
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
@@ -35,6 +36,8 @@ class ModelOptions(BaseModel):
     reference_model: str | None = None
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     device: str = "auto"
+    device_map: Literal["auto", "balanced", "balanced_low_0", "sequential"] | None = None  # accelerate's placement
+    max_memory: str | None = None  # with device_map: "0=20GiB,cpu=64GiB"
     attention_mask: Literal["reference", "padding"] = "reference"
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
@@ -67,6 +70,10 @@ MODEL_FLAGS = (
     _flag("--model", help="the model under evaluation: a local checkpoint folder (or a hub id when online)"),
     _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"]),
     _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
+    _flag("--device-map", default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
+          help="split a model larger than one device over the GPUs, CPU memory and disk (accelerate: "
+               "pip install 'evaldag[big]'); the numbers and the fingerprint do not change"),
+    _flag("--max-memory", default=None, help="with --device-map: per-device caps, e.g. 0=20GiB,1=20GiB,cpu=64GiB"),
     _flag("--attention-mask", default="reference", choices=["reference", "padding"],
           help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
                "when pad == eos (the default); padding: mask only padding"),
@@ -107,6 +114,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
         prompt = PromptTemplate.plain()
     return dict(model=args.model, retain_model=getattr(args, "retain_model", None),
                 reference_model=getattr(args, "reference_model", None), dtype=args.dtype, device=args.device,
+                device_map=args.device_map, max_memory=args.max_memory,
                 attention_mask=args.attention_mask, template=prompt,
                 joint_tokenization=getattr(args, "joint_tokenization", False))
 
@@ -138,7 +146,8 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     if path is None:
         return None
     check_model(path, opts, flag)
-    return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask)
+    return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                   device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
 
 
 def model_resources(opts: ModelOptions) -> dict[str, Any]:

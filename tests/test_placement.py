@@ -1,10 +1,12 @@
 """--device-map auto: a checkpoint split by accelerate gives the same numbers and fingerprint."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from evaldag.engine import cli
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.adapters.placement import parse_max_memory
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
@@ -48,3 +50,17 @@ def test_a_model_split_by_accelerate_gives_the_same_fingerprint_and_numbers(tmp_
 def test_an_unknown_device_map_is_refused():
     with pytest.raises(ValueError, match="device_map must be one of"):
         HFModel(TARGET, device_map="everywhere")
+
+
+def test_the_cli_runs_a_split_model_to_the_same_outputs_on_the_same_cache(tmp_path):
+    fix = Path(__file__).parent / "fixtures"
+    args = ["run", "tofu", "--model", str(TARGET), "--data", str(fix / "tofu_tiny"), "--metrics", "forget_Q_A_Prob",
+            "--device", "cpu", "--quiet", "--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*args, "--out", str(tmp_path / "whole"), "--cache-dir", str(tmp_path / "c0")]) == 0
+    assert cli.main([*args, "--out", str(tmp_path / "split"), "--device-map", "auto", "--max-memory", "cpu=700KB"]) == 0
+    for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
+        assert (tmp_path / "split" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    # the same fingerprint: the whole model, run next on the split model's cache, finds everything cached
+    assert cli.main([*args, "--out", str(tmp_path / "again")]) == 0
+    ex = json.loads((tmp_path / "again" / "run.json").read_text())["executor"]
+    assert ex["sequences_forwarded"] == 0 and not ex["model_loaded"]

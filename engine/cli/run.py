@@ -16,6 +16,7 @@ from ..graph import GraphError
 from ..outputs import print_run, write
 from ..resources import MissingResource
 from ..run import run
+from .sweep import expand_models, folder_names
 
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
@@ -33,6 +34,10 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     launch.add_arguments(r)
     for b in benches:
         b.add_arguments(r)
+    if any("--model" in a.option_strings for a in r._actions):  # a benchmark takes a model: allow a sweep
+        r.add_argument("--model", action="append", help="the model under evaluation (a checkpoint folder, or a hub id "
+                       "when online); repeat it, or give a glob or @FILE (one per line), to evaluate several "
+                       "checkpoints: OUT/<name>/ each, one OUT/report.html with a column per checkpoint")
     return r
 
 
@@ -89,8 +94,31 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
 def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     benches = [BENCHMARKS.get(n) for n in args.benchmarks]
-    nodes, resources = [], {}
     out = Path(args.out or "evaldag-out")
+    try:
+        models = expand_models(getattr(args, "model", None))
+    except (OSError, ValueError) as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    if len(models) < 2:  # one run (the usual case)
+        if hasattr(args, "model"):
+            args.model = models[0] if models else None
+        return _one(args, benches, group, out, report=True)
+    codes = []
+    for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint
+        args.model = path
+        codes.append(_one(args, benches, group, out / name, report=False))
+        if codes[-1] == 2 or (group is not None and group.broken):
+            return codes[-1]
+    if group is None or group.is_writer:  # one report, a column per checkpoint
+        write_report_html([out / name for name in folder_names(models)], out / "report.html")
+        if not args.quiet:
+            print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}")
+    return max(codes)
+
+
+def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool) -> int:
+    nodes, resources = [], {}
     try:
         check_folders(args.cache_dir, out)
         cfgs = configs(args, benches)
@@ -115,7 +143,8 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches])
     for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
         b.write_outputs(result, out, cfg)
-    write_report_html([out], out / "report.html")
+    if report:
+        write_report_html([out], out / "report.html")
     if not args.quiet:
         print_run(result, out)
     return 0 if result.ok else 1
