@@ -144,7 +144,8 @@ class Graph:
         if node.name:
             # a named node reached through a renaming parent (e.g. the retain-model side of
             # forget quality) is other work than the node under its own name: qualify it
-            renamed = sorted({outer for local, outer in inherited.items() if local != outer})
+            # (a qualifier the name already carries, e.g. from with_bind, is not repeated)
+            renamed = sorted({outer for local, outer in inherited.items() if local != outer} - set(node.name.split("@")[1:]))
             self._name(v, group, node.name + "".join(f"@{r}" for r in renamed))
         return key
 

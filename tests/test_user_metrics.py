@@ -48,6 +48,13 @@ def test_with_bind_on_a_named_node_gets_a_qualified_name(tmp_path):
     assert set(evals) == {"prob", "prob@retain_model"}
 
 
+def test_a_rebound_node_reached_through_the_same_binding_is_not_qualified_twice():
+    retain = toy_metrics.toy_probability(name="prob").with_bind(model="retain_model")
+    child = toy_metrics.toy_summary(name="summary", parents={"prob": retain}, bind={"model": "retain_model"})
+    g = Graph([child])
+    assert sorted(n for v in g.vertices.values() for _, n in v.names) == ["prob@retain_model", "summary"]
+
+
 def test_a_name_clash_that_differs_only_by_binding_says_so():
     a = toy_metrics.toy_probability(name="prob")
     b = toy_metrics.toy_probability(name="prob", bind={"model": "retain_model"})
