@@ -86,8 +86,10 @@ class Executor:
     """
 
     def __init__(self, cache: RequestStore | None = None, progress: bool = False,
-                 batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None):
+                 batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None,
+                 refresh: bool = False):
         self.cache = cache
+        self.refresh = refresh  # ask the model for every request; the answers replace the cached ones
         self.progress = progress
         self.batch_tokens = batch_tokens
         self.device = device
@@ -133,8 +135,8 @@ class Executor:
 
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
     def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
-        """Cached results among ``keys``."""
-        return self.cache.get_many(fp, keys) if self.cache else {}
+        """Cached results among ``keys`` (none when refreshing)."""
+        return self.cache.get_many(fp, keys) if self.cache and not self.refresh else {}
 
     def _share(self, batches: list[list], length: Callable) -> list[list]:
         """The batches this process runs (all of them, alone)."""

@@ -125,3 +125,42 @@ def test_graph_cache_status_without_data_draws_the_plan_and_warns(tmp_path):
     done = evaldag("graph", "tofu", "--cache-dir", tmp_path / "c")
     assert done.returncode == 0 and done.stdout.startswith("flowchart LR") and "forget_quality" in done.stdout
     assert "evaldag: warning: tofu: cannot bind its data or models" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_nan_row_in_the_terminal_carries_its_reason(tmp_path, capsys):
+    from evaldag.engine import Result, metric, run
+    from evaldag.engine.outputs import print_run
+
+    @metric("nan_with_reason", version="1", register=False)
+    def nan_with_reason():
+        return Result.nan("the forget set has no rows")
+
+    print_run(run([nan_with_reason(name="empty", group="T")], {}, cache=tmp_path / "c"))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "empty" in x)
+    assert "nan" in line and line.endswith("(the forget set has no rows)")
+
+
+def test_refresh_nodes_requests_and_all(tmp_path):
+    """nodes: aggregations redone on cached answers; requests: the model is asked again; run.json says which."""
+    import json as _json
+
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    base = ["run", "toy", "--out", out, "--cache-dir", cache, "--quiet"]
+
+    def run_json(*extra):
+        done = evaldag(*base, *extra)
+        assert done.returncode == 0, done.stderr
+        return _json.loads((out / "run.json").read_text())
+
+    first = run_json()
+    assert first["refresh"] == "none" and first["executor"]["sequences_forwarded"] == 12
+    summary = (out / "TOY_SUMMARY.json").read_text()
+    for how, forwarded in (("nodes", 0), ("requests", 12), ("all", 12)):
+        again = run_json("--refresh", how)
+        assert again["refresh"] == how
+        assert all(n["status"] == "computed" for n in again["nodes"].values())
+        assert again["executor"]["sequences_forwarded"] == forwarded and again["executor"]["model_loaded"] is (forwarded > 0)
+        assert (out / "TOY_SUMMARY.json").read_text() == summary  # the same numbers
+    forced = run_json("--force")  # the refreshed answers were stored: all 12 come from the request cache
+    assert forced["refresh"] == "nodes" and forced["executor"]["cached"] == 12 and forced["executor"]["sequences_forwarded"] == 0
+    assert run_json()["refresh"] == "none"

@@ -117,10 +117,10 @@ def test_bad_rows_name_file_row_and_field(tmp_path, row, field, message):
 
 def test_bad_json_and_non_object_rows(tmp_path):
     (tmp_path / "holdout10.json").write_text('{"question": "q", "answer": "a"}\n{"question": \n')
-    with pytest.raises(DataError, match=r"line 2 \(row 1\)"):
+    with pytest.raises(DataError, match=r"line 2 \(row 1, 0-based\)"):
         tofu.load_subset(tmp_path, "holdout10")
     (tmp_path / "holdout10.json").write_text('[{"question": "q", "answer": "a"}, ["not", "a", "row"]]')
-    with pytest.raises(DataError, match="row 1 is a list"):
+    with pytest.raises(DataError, match=r"row 1 \(0-based\) is a list"):
         tofu.load_subset(tmp_path, "holdout10")
 
 
@@ -238,8 +238,22 @@ def test_muse_errors(tmp_path):
     rows = _lines(tmp_path / "verbmem_forget.json")
     del rows[5]["prompt"]
     _write_lines(tmp_path / "verbmem_forget.json", rows)
-    with pytest.raises(DataError, match=r"verbmem_forget\.json: row 5, field 'prompt'"):
+    with pytest.raises(DataError, match=r"verbmem_forget\.json: row 5 \(0-based\), field 'prompt'"):
         muse.load_muse_split(tmp_path, "verbmem", "forget")
     _write_lines(tmp_path / "privleak_holdout.jsonl", [{"text": "ok"}, {"text": ""}])
-    with pytest.raises(DataError, match=r"row 1, field 'text'"):
+    with pytest.raises(DataError, match=r"row 1 \(0-based\), field 'text'"):
         muse.load_muse_split(tmp_path, "privleak", "holdout")
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    """Files saved by editors that write a BOM read the same rows (JSON lines, JSON array, query files)."""
+    rows = _lines(TOFU_DIR / "holdout10.json")
+    for sub, text in (("lines", "".join(json.dumps(r) + "\n" for r in rows)), ("array", json.dumps(rows))):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "holdout10.json").write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+        assert tofu.load_subset(tmp_path / sub, "holdout10") == rows
+    from evaldag.benchmarks.weat import spec
+
+    queries = spec.WORD_SETS.read_bytes()
+    (tmp_path / "q.json").write_bytes(b"\xef\xbb\xbf" + queries)
+    assert list(spec.load_queries(tmp_path / "q.json")) == list(json.loads(queries))

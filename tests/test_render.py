@@ -340,7 +340,7 @@ def enrich_run_json(result, folder: Path) -> None:
         data["nodes"][name].update(
             version=v.metric.version, names=[f"{g}/{n}" if g else n for g, n in v.names],
             params=v.node.params.model_dump(mode="json"),
-            params_changed=v.node.params.model_dump(mode="json", exclude_defaults=True), resources=dict(v.resources))
+            params_not_default=v.node.params.model_dump(mode="json", exclude_defaults=True), resources=dict(v.resources))
     (folder / "run.json").write_text(json.dumps(data))
 
 
@@ -359,7 +359,7 @@ def test_richer_run_json_gives_the_same_view_as_the_live_run(tofu_run, tmp_path)
     holdout = [n for n in files.nodes if n.resources.get("data") == "tofu_holdout"]
     assert len(holdout) == 3 and {n.split for n in holdout} == {"holdout"}  # answer stats, reference model, gradients
     by = {n.label: n for n in files.nodes}
-    assert by["mia_min_k"].params_changed == {"attack": "min_k", "k": 0.5}
+    assert by["mia_min_k"].params_not_default == {"attack": "min_k", "k": 0.5}
     assert render.to_svg(copy) == render.to_svg(result).replace("evaldag run", "evaldag run: copy")
 
 

@@ -10,7 +10,8 @@ config (``configs/model/*.yaml``) and the retain model's ``TOFU_EVAL.json``
   dataset id when ``datasets`` is installed. Rows come back as plain dicts in file order;
   their position is open-unlearning's ``index`` (``add_dataset_index``), the key of every
   ``value_by_index``. Each row is checked for the fields its subset's metrics read, and a
-  bad row is an error naming file, row (0-based) and field, before any model is loaded.
+  bad row is an error naming file, row (0-based, said so) and field, before any model is loaded.
+  A UTF-8 byte-order mark at the start of a file is accepted.
 * :func:`load_template_args` reads a model config (or a bare mapping) into a
   :class:`PromptTemplate`.
 * :func:`load_eval_logs` reads a ``TOFU_EVAL.json`` (open-unlearning's or ours) and
@@ -104,7 +105,7 @@ def _read_json_lines(text: str, origin: str) -> list[Any]:
             records.append(json.loads(line))
         except json.JSONDecodeError as e:
             raise DataError(
-                f"{origin}: line {lineno} (row {len(records)}) is not a JSON object: {e.msg}; "
+                f"{origin}: line {lineno} (row {len(records)}, 0-based) is not a JSON object: {e.msg}; "
                 "a .json file must be JSON lines or one JSON array"
             ) from None
     return records
@@ -121,7 +122,7 @@ def read_records(path: str | Path) -> list[dict]:
             raise DataError(f"{origin}: reading parquet needs pyarrow (pip install pyarrow)") from None
         records: list[Any] = pq.read_table(path).to_pylist()
     elif path.suffix in (".json", ".jsonl"):
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
         head = text.lstrip()[:1]
         if path.suffix == ".json" and head == "[":
             try:
@@ -134,7 +135,7 @@ def read_records(path: str | Path) -> list[dict]:
         raise DataError(f"{origin}: unsupported file type {path.suffix!r}; use one of {SUFFIXES}")
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
-            raise DataError(f"{origin}: row {i} is a {type(rec).__name__}, not a JSON object")
+            raise DataError(f"{origin}: row {i} (0-based) is a {type(rec).__name__}, not a JSON object")
     return records
 
 
@@ -177,7 +178,7 @@ def validate_rows(records: Iterable[dict], model: type[BaseModel], origin: str) 
             where = ".".join(str(p) for p in err["loc"]) or "(row)"
             got = rec.get(err["loc"][0]) if err["loc"] and isinstance(rec, dict) else None
             shown = "missing" if err["type"] == "missing" else f"got {got!r:.60}"
-            raise DataError(f"{origin}: row {i}, field {where!r}: {err['msg']} ({shown})") from None
+            raise DataError(f"{origin}: row {i} (0-based), field {where!r}: {err['msg']} ({shown})") from None
         out.append(rec)
     return out
 
@@ -221,7 +222,7 @@ def load_tofu(source: str | Path, forget_split: str = "forget10", holdout_split:
 
 
 def _read_mapping(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     if path.suffix == ".json":
         return json.loads(text)
     import yaml
@@ -291,7 +292,7 @@ def read_eval_logs(path: str | Path, *, need_truth_ratio: bool, need_min_k: bool
     """Shared by TOFU and MUSE: read an ``<BENCH>_EVAL.json`` and check the needed keys."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise DataError(f"{path}: retain logs not found") from None
     except json.JSONDecodeError as e:

@@ -58,7 +58,7 @@ def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | Non
     """
     src = Path(path) if path is not None else WORD_SETS
     try:
-        raw = json.loads(src.read_text())
+        raw = json.loads(src.read_text(encoding="utf-8-sig"))  # a BOM is accepted
     except FileNotFoundError:
         raise FileNotFoundError(f"query file not found: {src}") from None
     except ValueError as e:

@@ -12,6 +12,7 @@ import pydantic
 from ..benchmark import BENCHMARKS, Benchmark, positive_int, write_report_html
 from ..cache import Cache
 from ..distributed import Group, launch, prepare
+from ..executor import Executor
 from ..graph import GraphError
 from ..outputs import print_run, write
 from ..resources import MissingResource
@@ -28,7 +29,10 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
     r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
-    r.add_argument("--force", action="store_true", help="recompute every node, ignoring cached node results")
+    r.add_argument("--refresh", choices=["nodes", "requests", "all"], default=None,
+                   help="nodes: recompute every node from the cached model answers; requests: also ask the model "
+                        "again for every request, replacing the cached answers; all: also re-hash the model files")
+    r.add_argument("--force", dest="refresh", action="store_const", const="nodes", help="the same as --refresh nodes")
     r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
     r.add_argument("--quiet", action="store_true", help="print only errors")
     launch.add_arguments(r)
@@ -126,12 +130,14 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        cache, executor = Cache(args.cache_dir), None
+        cache = Cache(args.cache_dir, rehash=args.refresh == "all")
+        executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
             nodes, cache, executor = prepare(group, nodes, resources, cache, progress=args.progress,
                                              batch_tokens=args.batch_tokens)
-        result = run(nodes, resources, cache=cache, executor=executor, progress=args.progress,
-                     batch_tokens=args.batch_tokens, n_jobs=args.n_jobs, force=args.force)
+        executor.refresh = args.refresh in ("requests", "all")
+        result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
+                     force=args.refresh is not None)
     except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
@@ -140,7 +146,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
     done = launch.finish(group, result)  # only rank 0 writes the outputs
     if done is not None:
         return done
-    write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches])
+    write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches], refresh=args.refresh)
     for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
         b.write_outputs(result, out, cfg)
     if report:

@@ -6,7 +6,8 @@ tools (the renderers, ``evaldag report``); its keys are stable::
 
     {"nodes": {name: {"fingerprint", "status", "seconds", "reason"}},
      "executor": {...}, "wall_seconds": float, "provenance": {...},
-     "benchmarks": [names]}   # the registered benchmarks that ran (their report sections)
+     "benchmarks": [names],   # the registered benchmarks that ran (their report sections)
+     "refresh": "none" | "nodes" | "requests" | "all"}   # what was recomputed regardless of the cache
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def node_names(result: RunResult) -> dict[str, str]:
     return out
 
 
-def run_json(result: RunResult, benchmarks: Sequence[str] = ()) -> dict:
+def run_json(result: RunResult, benchmarks: Sequence[str] = (), refresh: str | None = None) -> dict:
     names = node_names(result)
     nodes = {names[k]: rec.to_json() for k, rec in result.records.items()}
     for k, rec in result.records.items():
@@ -67,7 +68,7 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = ()) -> dict:
             parents={a: names[p] for a, p in v.parent_keys.items()},
             names=[f"{g}/{n}" if g else n for g, n in v.names],
             params=v.node.params.model_dump(mode="json"),
-            params_changed=v.node.params.model_dump(mode="json", exclude_defaults=True),
+            params_not_default=v.node.params.model_dump(mode="json", exclude_defaults=True),
             resources=dict(v.resources),
         )
     out = {
@@ -78,11 +79,12 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = ()) -> dict:
     }
     if benchmarks:  # the registered benchmarks whose report sections draw this folder
         out["benchmarks"] = list(benchmarks)
+    out["refresh"] = refresh or "none"  # what the run recomputed regardless of the cache: nodes, requests, all
     return out
 
 
 def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None,
-          benchmarks: Sequence[str] = ()) -> list[Path]:
+          benchmarks: Sequence[str] = (), refresh: str | None = None) -> list[Path]:
     """Write the EVAL/SUMMARY pair per benchmark group, and run.json (which records benchmarks).
 
     Named nodes without a group (a user's own metric added to a benchmark's graph) get
@@ -101,7 +103,7 @@ def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = Non
         _dump(out / f"{name}_EVAL.json", evals)
         _dump(out / f"{name}_SUMMARY.json", result.summary(g))
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
-    _dump(out / "run.json", run_json(result, benchmarks))
+    _dump(out / "run.json", run_json(result, benchmarks, refresh))
     written.append(out / "run.json")
     return written
 

@@ -30,7 +30,8 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
             rec = result.records[key]
             val = result.value(f"{g}/{name}" if g else name) if rec.status in ("computed", "cached") else None
             agg = val.agg_value if isinstance(val, Result) else val
-            why = f"  ({val.reason})" if isinstance(val, Result) and agg is None and val.reason else ""
+            blank = agg is None or (isinstance(agg, float) and math.isnan(agg))  # a NaN row says why
+            why = f"  ({val.reason})" if isinstance(val, Result) and blank and val.reason else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")
             print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor

@@ -44,7 +44,7 @@ class NodeView:
     kind: str  # scorer | aggregator | resource
     status: str
     params: dict = field(default_factory=dict)
-    params_changed: dict = field(default_factory=dict)  # only values that differ from defaults
+    params_not_default: dict = field(default_factory=dict)  # only values that differ from the defaults
     group: str | None = None
     split: str | None = None
     seconds: float | None = None
@@ -63,7 +63,7 @@ class NodeView:
     def params_summary(self) -> str:
         """Non-default params as ``k=v`` pairs, short enough for a box."""
         parts = []
-        for k, v in sorted(self.params_changed.items()):
+        for k, v in sorted(self.params_not_default.items()):
             if isinstance(v, dict):
                 text = "{…}"
             elif isinstance(v, list):
@@ -226,7 +226,7 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
         nodes.append(NodeView(
             id=ids[v.key], key=v.key, label=v.label, names=names or [v.label], metric=v.metric.name,
             kind=v.metric.kind, status=status, params=p.model_dump(mode="json"),
-            params_changed=p.model_dump(mode="json", exclude_defaults=True),
+            params_not_default=p.model_dump(mode="json", exclude_defaults=True),
             group=v.names[0][0] if v.names else None, seconds=seconds,
             value=headline((values or {}).get(v.key)), reason=reason, problem=problem, fingerprint=v.fingerprint,
             version=v.metric.version, resources=dict(v.resources)))
@@ -337,7 +337,8 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
         nodes.append(NodeView(
             id=ids[name], key=name, label=bare, names=names, metric=e.get("metric", bare),
             kind=e.get("kind", "aggregator"), status=e.get("status", "planned"), params=params,
-            params_changed=e.get("params_changed", params), group=group,
+            # params_changed: the key's name in run.json files written before the rename
+            params_not_default=e.get("params_not_default", e.get("params_changed", params)), group=group,
             seconds=e.get("seconds") if e.get("status") in ("computed", "failed") else None,
             value=_eval_value(evals, group, bare), reason=e.get("reason", ""),
             problem=(e.get("error") or "").strip().splitlines()[-1] if (e.get("error") or "").strip() else "",
