@@ -107,3 +107,19 @@ def test_metric_group_words_are_not_metric_names():
 
     assert not set(GROUPS) & set(ALL_METRICS)
     assert set(DEFAULT_METRICS) <= set(ALL_METRICS) and all(set(g) <= set(ALL_METRICS) for g in GROUPS.values())
+
+
+@pytest.mark.parametrize("order", [("editing", "tofu"), ("tofu", "editing")])
+def test_editing_and_tofu_options_parse_together(order):
+    """Either order of benchmarks on one command line gives both their options (the shared ones once)."""
+    import argparse
+
+    from evaldag.engine.benchmark import BENCHMARKS
+
+    p = argparse.ArgumentParser(conflict_handler="resolve")
+    for name in order:
+        BENCHMARKS.get(name).add_arguments(p)
+    args = p.parse_args(["--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3"])
+    assert (args.model, args.base_model, args.retain_model, args.trace_samples) == ("m", "b", "r", 3)
+    cfg = BENCHMARKS.get("editing").config_from_args(argparse.Namespace(**vars(args), metrics=None, benchmarks=list(order)))
+    assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...engine import Node
 from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from .. import common
 from . import report, spec
 from .config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
 
@@ -37,11 +38,7 @@ class EditingBenchmark(Benchmark):
     resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        if not any("--model" in a.option_strings for a in p._actions):
-            p.add_argument("--model", help="the model under evaluation (here: the edited checkpoint)")
-        if not any("--dtype" in a.option_strings for a in p._actions):
-            p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-            p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
+        common.add_model_arguments(p)  # --model (here: the edited checkpoint), --dtype, --device; shared, added once
         g = p.add_argument_group("editing")
         g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint")
         g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")
