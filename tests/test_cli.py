@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from evaldag.engine import cli
+from evaldag.engine.benchmark import BENCHMARKS
 
 from .plugins import install
 
@@ -171,7 +172,5 @@ def test_failing_node_gives_nonzero_exit_and_is_reported(third_party, tmp_path):
 def test_unknown_benchmark_is_one_line_exit_2(capsys):
     assert cli.main(["run", "nosuchbench"]) == 2
     err = capsys.readouterr().err
-    from evaldag.engine.benchmark import BENCHMARKS
-
     assert {"editing", "muse", "tofu", "toy", "weat"} <= set(BENCHMARKS.names())
     assert err.count("\n") == 1 and f"unknown benchmark 'nosuchbench'; known: {', '.join(BENCHMARKS.names())}" in err

@@ -1,5 +1,6 @@
 """The editing benchmark end to end on a real edit of the demo checkpoint, and its bad-input errors."""
 
+import argparse
 import json
 import re
 import shutil
@@ -8,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from evaldag.benchmarks.editing import spec
-from evaldag.benchmarks.editing.config import ALL_METRICS, EditingConfig
+from evaldag.benchmarks.editing.config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
 from evaldag.benchmarks.editing.data import load_edits, normalise_edit
 from evaldag.benchmarks.editing.make_edit import make_edited_checkpoint
 from evaldag.benchmarks.editing.report import heatmap_svg
 from evaldag.engine import cli, run
+from evaldag.engine.benchmark import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "benchmarks" / "demo" / "assets" / "models" / "target"
@@ -103,8 +105,6 @@ def test_cli_writes_editing_eval(edited, tmp_path, cache_dir):
 
 
 def test_metric_group_words_are_not_metric_names():
-    from evaldag.benchmarks.editing.config import DEFAULT_METRICS, GROUPS
-
     assert not set(GROUPS) & set(ALL_METRICS)
     assert set(DEFAULT_METRICS) <= set(ALL_METRICS) and all(set(g) <= set(ALL_METRICS) for g in GROUPS.values())
 
@@ -112,10 +112,6 @@ def test_metric_group_words_are_not_metric_names():
 @pytest.mark.parametrize("order", [("editing", "tofu"), ("tofu", "editing")])
 def test_editing_and_tofu_options_parse_together(order):
     """Either order of benchmarks on one command line gives both their options (the shared ones once)."""
-    import argparse
-
-    from evaldag.engine.benchmark import BENCHMARKS
-
     p = argparse.ArgumentParser(conflict_handler="resolve")
     for name in order:
         BENCHMARKS.get(name).add_arguments(p)

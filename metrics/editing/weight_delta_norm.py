@@ -22,7 +22,7 @@ class NormParams(Params):
 @metric("weight_delta_norm", version="1", params=NormParams, needs=("weight_deltas", "manipulated_layers"))
 def weight_delta_norm(weight_deltas: Any, manipulated_layers: list[int], params: NormParams) -> Result:
     """Frobenius (or spectral) norm of the MLP down-projection delta, per manipulated layer."""
-    import torch
+    import torch  # only when the node runs: a warm rerun reads its value from the cache
 
     layers = list(params.layers) if params.layers is not None else list(manipulated_layers)
     for layer in layers:
