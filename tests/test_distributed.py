@@ -97,7 +97,7 @@ def test_launcher_hands_torchrun_the_same_command_without_its_own_options():
     args = parser(["tofu"]).parse_args(argv)
     cmd = torchrun_command(argv, args)
     assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    assert cmd[5:] == ["-m", "evaldag.engine.cli.main", *ARGS]
+    assert cmd[5:] == ["--standalone", "-m", "evaldag.engine.cli.main", *ARGS]
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -121,10 +121,10 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     assert all(0.35 * sum(rows) <= n <= 0.65 * sum(rows) for n in rows), rows
     assert RequestStore(cache).count() == ref["unique"]  # rank 0 wrote every rank's results
 
-    # the same cache, one node of two ranks: nothing to forward on any rank, no model loaded
-    code, err = _finish([_start([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                                 "--master-port", str(_port()), "--no-python", str(BIN / "evaldag"), *run,
-                                 "--out", str(tmp_path / "warm")])])[0]
+    # the same cache, one node of two ranks started by evaldag itself (it execs torchrun
+    # --standalone: localhost): nothing to forward on any rank, no model loaded
+    code, err = _finish([_start([str(BIN / "evaldag"), *run, "--out", str(tmp_path / "warm"),
+                                 "--launcher", "torchrun", "--nproc-per-node", "2"])])[0]
     assert code == 0, err[-3000:]
     warm = _executor(tmp_path / "warm")
     assert [warm["by_rank"][r]["sequences_forwarded"] for r in ("0", "1")] == [0, 0]

@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def torchrun_command(argv: list[str], args: argparse.Namespace) -> list[str]:
     """The torchrun command line equivalent to ``evaldag <argv>`` with the launcher options."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc_per_node)]
-    if str(args.nnodes) != "1":
+    if str(args.nnodes) == "1":
+        cmd.append("--standalone")  # one node: a rendezvous on localhost at a free port
+    else:
         if not args.rdzv_endpoint:
             raise SystemExit("evaldag: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
         cmd += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
