@@ -57,6 +57,8 @@ def run(
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     with cache.filehash.active():  # model files are hashed through this cache's memo
         graph.fingerprint(rs)
+        if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
+            cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
         executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.go()

@@ -9,6 +9,9 @@
     <root>/filehash.json                   model-file hash memo cache.filehash (filehash.py)
     <root>/evaldag-cache.json              the marker: clear/prune touch only marked roots (safety.py)
 
+A root this process cannot write is read-only (``cache.read_only``): it is read, never
+locked or written; ``Cache(rw, read_from=ro)`` reads ``ro`` where ``rw`` has no entry.
+
 The codec (codec.py) is the one pickle-free format of node values and request results.
 ``run()``, the CLI and the demo build a ``Cache`` the same way: ``Cache(dir)`` (``None``:
 ``$EVALDAG_CACHE_DIR`` or the user cache dir), and ``run(..., cache=...)`` builds the
@@ -27,23 +30,30 @@ from .files import atomic_write, default_cache_dir
 from .history import History
 from .nodes import Entry, NodeStore
 from .requests import RequestStore
-from .safety import MARKER, NotACache, clear_entries, require_marker, write_marker
+from .safety import MARKER, NotACache, ReadOnlyCache, clear_entries, require_marker, writable, write_marker
 
 __all__ = [
     "MARKER", "Cache", "CorruptEntry", "CorruptEntryWarning", "EncodeError", "Entry", "FileHashMemo", "History",
-    "NodeStore", "NotACache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+    "NodeStore", "NotACache", "ReadOnlyCache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
 ]
 
 
 class Cache:
     """Every store under one root. ``rehash=True`` ignores the file-hash memo (``--rehash``)."""
 
-    def __init__(self, root: str | os.PathLike | None = None, *, rehash: bool = False):
+    def __init__(self, root: str | os.PathLike | None = None, *, rehash: bool = False,
+                 read_from: str | os.PathLike | None = None):
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
-        self.nodes = NodeStore(self.root)
-        self.requests = RequestStore(self.root)
-        self.history = History(self.root)
-        self.filehash = FileHashMemo(self.root, rehash=rehash)
+        # a cache this process cannot write (a team's shared cache on a read-only mount) is read-only:
+        # no lock files, no history, nothing stored; a run that needs new work is refused up front
+        self.read_only = not writable(self.root)
+        # read_from: a read-only cache under this one; entries are read from it, new ones go here
+        self.read_from = Path(read_from).expanduser() if read_from is not None else None
+        ro, under = self.read_only, self.read_from
+        self.nodes = NodeStore(self.root, read_only=ro, under=NodeStore(under, read_only=True) if under else None)
+        self.requests = RequestStore(self.root, read_only=ro, under=RequestStore(under, read_only=True) if under else None)
+        self.history = History(self.root, read_only=ro)
+        self.filehash = FileHashMemo(self.root, rehash=rehash, read_only=ro)
 
     @classmethod
     def open(cls, cache: "Cache | str | os.PathLike | None" = None, **kw) -> "Cache":
@@ -70,7 +80,16 @@ class Cache:
 
     def mark(self) -> None:
         """Write the root marker (``run()`` does, before it stores anything)."""
-        write_marker(self.root)
+        if not self.read_only:
+            write_marker(self.root)
+
+    def check_writable(self, missing: list[str]) -> None:
+        """A read-only cache refuses a run that would have to store ``missing`` nodes, naming them."""
+        if self.read_only and missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise ReadOnlyCache(f"the cache {self.root} is read-only and {len(missing)} nodes are not in it ({shown}); "
+                                f"they would be written to {self.root / 'objects'}: give a writable --cache-dir and "
+                                f"--cache-read-from {self.root}")
 
     def prune(self, older_than_seconds: float) -> int:
         """Delete node entries and request results not used for ``older_than_seconds`` (a marked root only)."""

@@ -47,9 +47,10 @@ def hash_file(path: str | os.PathLike) -> str:
 class FileHashMemo:
     """``realpath -> {dev, ino, size, mtime_ns, ctime_ns, sha256}`` in ``<root>/filehash.json``."""
 
-    def __init__(self, root: str | os.PathLike, rehash: bool = False):
+    def __init__(self, root: str | os.PathLike, rehash: bool = False, read_only: bool = False):
         self.path = Path(root) / INDEX
         self.rehash = rehash
+        self.read_only = read_only  # a read-only cache: records are read, new ones are not kept
         self.hashed: list[str] = []  # files read and hashed by this memo (tests, statistics)
 
     def sha256(self, path: str | os.PathLike) -> str:
@@ -84,6 +85,8 @@ class FileHashMemo:
         return data if isinstance(data, dict) else {}
 
     def _remember(self, real: str, rec: dict) -> None:
+        if self.read_only:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.path) + ".lock", timeout=30):

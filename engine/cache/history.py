@@ -16,8 +16,9 @@ MAX_BYTES = 1 << 20  # a history file is a few KB; a larger one is damaged or ho
 
 
 class History:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, read_only: bool = False):
         self.dir = Path(root) / "history"
+        self.read_only = read_only  # a read-only cache keeps the history it has
 
     def path(self, name: str) -> Path:
         return self.dir / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".json")
@@ -33,4 +34,6 @@ class History:
         return data if isinstance(data, dict) else None
 
     def remember(self, name: str, components: dict) -> None:
+        if self.read_only:
+            return
         atomic_write(self.path(name), json.dumps(components, sort_keys=True).encode())

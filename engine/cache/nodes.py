@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 
 from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
 from .files import atomic_write
+from .safety import ReadOnlyCache
 
 
 @dataclass
@@ -33,23 +34,43 @@ class Entry:
     meta: dict
 
 
+class NoLock:
+    """The lock of a read-only store: taken at once, guards nothing (nothing is written)."""
+
+    def acquire(self, *args: Any, **kw: Any) -> "NoLock":
+        return self
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> "NoLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 class NodeStore:
     """Content-addressed node store under ``root`` (created on first write)."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, read_only: bool = False, under: "NodeStore | None" = None):
         self.root = Path(root)
+        self.read_only = read_only  # no writes, no lock files: a shared cache on a read-only mount
+        self.under = under  # a read-only store read where this one has no entry (--cache-read-from)
         self.corrupt: list[str] = []  # fingerprints found corrupt during this process
 
     # ------------------------------------------------------------------ paths
     def path(self, fp: str) -> Path:
         return self.root / "objects" / fp[:2] / f"{fp}.safetensors"
 
-    def lock(self, fp: str) -> FileLock:
+    def lock(self, fp: str) -> "FileLock | NoLock":
+        if self.read_only:  # nothing is written, so nothing to guard; and no lock file can be made
+            return NoLock()
         p = self.root / "locks" / fp[:2] / f"{fp}.lock"
         p.parent.mkdir(parents=True, exist_ok=True)
         return FileLock(str(p))
 
-    def try_lock(self, fp: str) -> FileLock | None:
+    def try_lock(self, fp: str) -> "FileLock | NoLock | None":
         """Take the node's lock without waiting; None if another process holds it."""
         lk = self.lock(fp)
         try:
@@ -60,7 +81,7 @@ class NodeStore:
 
     # ------------------------------------------------------------------ entries
     def has(self, fp: str) -> bool:
-        return self.path(fp).exists()
+        return self.path(fp).exists() or (self.under is not None and self.under.has(fp))
 
     def get(self, fp: str) -> Entry | None:
         """The entry, or None if absent. A corrupt entry is warned about and deleted."""
@@ -68,7 +89,7 @@ class NodeStore:
         try:
             data = p.read_bytes()
         except FileNotFoundError:
-            return None
+            return self.under.get(fp) if self.under is not None else None
         try:
             value, meta = unpack(data, where=str(p))
         except CorruptEntry as e:
@@ -76,19 +97,21 @@ class NodeStore:
             self.corrupt.append(fp)
             try:
                 p.unlink()
-            except FileNotFoundError:
+            except OSError:  # gone already, or a read-only cache: left in place
                 pass
             return None
         return Entry(fp, value, meta)
 
     def put(self, fp: str, value: Any, meta: dict) -> None:
+        if self.read_only:
+            raise ReadOnlyCache(f"the cache {self.root} is read-only: cannot store {meta.get('node', fp[:12])}")
         meta = {**meta, "fingerprint": fp, "written_at": time.time()}
         atomic_write(self.path(fp), pack(value, meta))
 
     def touch(self, fp: str) -> None:
         try:
             os.utime(self.path(fp))
-        except FileNotFoundError:
+        except OSError:  # gone, or a read-only cache
             pass
 
     # ------------------------------------------------------------------ maintenance

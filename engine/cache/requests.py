@@ -17,6 +17,7 @@ from typing import Iterable
 
 from ..requests import RESULT_TYPES
 from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
+from .safety import ReadOnlyCache
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -33,11 +34,15 @@ CREATE TABLE IF NOT EXISTS results (
 class RequestStore:
     """Per-model results of requests. Safe to share between processes on one machine."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, *, read_only: bool = False, under: "RequestStore | None" = None):
         self.path = Path(root) / "requests.sqlite"
+        self.read_only = read_only  # opened immutable: no journal, no lock, no write
+        self.under = under  # a read-only store read for keys this one lacks (--cache-read-from)
         self._conn: sqlite3.Connection | None = None
 
     def _db(self) -> sqlite3.Connection:
+        if self._conn is None and self.read_only:
+            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -50,6 +55,12 @@ class RequestStore:
     def get_many(self, model_fp: str, keys: Iterable[str]) -> dict[str, object]:
         """Results found for ``keys`` (missing and corrupt keys are absent)."""
         keys = list(keys)
+        found = self._get_many(model_fp, keys)
+        if self.under is not None and len(found) < len(keys):
+            found.update(self.under.get_many(model_fp, [k for k in keys if k not in found]))
+        return found
+
+    def _get_many(self, model_fp: str, keys: list[str]) -> dict[str, object]:
         if not keys or not self.path.exists():
             return {}
         db = self._db()
@@ -66,7 +77,8 @@ class RequestStore:
                     found[key] = RESULT_TYPES[kind].from_arrays(value, meta)
                 except (CorruptEntry, KeyError) as e:
                     warnings.warn(f"corrupt request-cache row discarded: {e}", CorruptEntryWarning, stacklevel=2)
-                    db.execute("DELETE FROM results WHERE model=? AND key=?", (model_fp, key))
+                    if not self.read_only:
+                        db.execute("DELETE FROM results WHERE model=? AND key=?", (model_fp, key))
         return found
 
     def put_many(self, model_fp: str, items: Iterable[tuple[str, str, object]]) -> None:
@@ -78,6 +90,8 @@ class RequestStore:
             rows.append((model_fp, key, kind, pack(result.to_arrays(), meta), now))
         if not rows:
             return
+        if self.read_only:
+            raise ReadOnlyCache(f"the cache {self.path.parent} is read-only: cannot store {len(rows)} model answers")
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:

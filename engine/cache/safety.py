@@ -28,6 +28,19 @@ class NotACache(Exception):
     """A folder that the cache did not create (no marker): it is never cleared or pruned."""
 
 
+class ReadOnlyCache(OSError):
+    """Work that would have to be written into a cache this process cannot write."""
+
+
+def writable(root: Path) -> bool:
+    """Whether this process can write under ``root`` (or create it): False on a read-only
+    mount or a folder without write permission, which makes the cache read-only."""
+    where = root
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return where.is_dir() and os.access(where, os.W_OK | os.X_OK)
+
+
 def write_marker(root: Path) -> None:
     """Mark ``root`` as a cache (creating it). A read-only root is left unmarked, silently."""
     marker = root / MARKER
@@ -111,4 +124,4 @@ def clear_entries(root: Path) -> tuple[int, list[Path]]:
     return len(files), left
 
 
-__all__ = ["MARKER", "NotACache", "clear_entries", "require_marker", "write_marker"]
+__all__ = ["MARKER", "NotACache", "ReadOnlyCache", "clear_entries", "require_marker", "writable", "write_marker"]

@@ -24,7 +24,10 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
     r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())})")
     r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
-    r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
+    r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir); "
+                                                     "one this process cannot write is used read-only")
+    r.add_argument("--cache-read-from", default=None, metavar="DIR",
+                   help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
@@ -130,7 +133,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        cache = Cache(args.cache_dir, rehash=args.refresh == "all")
+        cache = Cache(args.cache_dir, rehash=args.refresh == "all", read_from=args.cache_read_from)
         executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
             nodes, cache, executor = prepare(group, nodes, resources, cache, progress=args.progress,

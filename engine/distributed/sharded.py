@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 
 from ..batching import Budget, padded_tokens
 from ..cache import Cache, Entry, History, NodeStore
+from ..cache.nodes import NoLock
 from ..executor import Executor, ExecutorStats, KindStats
 from ..graph import Graph
 from ..resources import ResourceSet
@@ -179,24 +180,6 @@ class ShardedExecutor(Executor):
         return results
 
 
-class _NoLock:
-    """Node locks guard against other processes computing a node twice; inside one job the
-    ranks compute every node together by design, and a rank waiting on a lock would fall
-    out of step with the others' collectives."""
-
-    def acquire(self, *a: Any, **kw: Any) -> "_NoLock":
-        return self
-
-    def release(self) -> None:
-        pass
-
-    def __enter__(self) -> "_NoLock":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-
 class RankStore:
     """The node store as one rank sees it for one run: the agreed cached entries, plus
     what this run computed. Only the writer (rank 0) writes through to disk."""
@@ -214,11 +197,13 @@ class RankStore:
             self.store.put(fp, value, meta)
         self._entries[fp] = Entry(fp, value, meta)
 
-    def try_lock(self, fp: str) -> _NoLock:
-        return _NoLock()
+    # node locks guard against other processes computing a node twice; inside one job the ranks
+    # compute every node together by design, and a rank waiting on a lock would fall out of step
+    def try_lock(self, fp: str) -> NoLock:
+        return NoLock()
 
-    def lock(self, fp: str) -> _NoLock:
-        return _NoLock()
+    def lock(self, fp: str) -> NoLock:
+        return NoLock()
 
 
 class RankHistory:
