@@ -6,7 +6,8 @@
   per-sequence max_new_tokens, stop strings honoured during generation, and seeded
   sampling that does not depend on batch neighbours.
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
-* GradNorm: open-unlearning's per-sample gradient-norm attack.
+* GradNorm: open-unlearning's per-sample gradient-norm attack (hf_grad: one backward
+  per row, or rows of one length in one vmapped backward).
 
 Attention mask (``attention_mask``): ``"reference"`` (the default) is open-unlearning's
 ``input_ids != pad_token_id``, so with pad == eos every real eos inside a sequence (and the
