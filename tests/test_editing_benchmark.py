@@ -104,6 +104,18 @@ def test_cli_writes_editing_eval(edited, tmp_path, cache_dir):
                      "--out", str(tmp_path / "o2"), "--cache-dir", str(cache_dir)]) == 2
 
 
+def test_cli_bad_flags_are_one_line(tmp_path, capsys):
+    base = ["run", "editing", "--model", str(BASE), "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as stop:  # argparse's own exit
+        cli.main([*base, "--base-model", str(BASE), "--trace-samples", "0"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--trace-samples: wants a whole number > 0, not '0'" in err
+    assert cli.main([*base, "--base-model", "/nowhere/model"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--base-model /nowhere/model: no such checkpoint folder" in err
+
+
 def test_metric_group_words_are_not_metric_names():
     assert not set(GROUPS) & set(ALL_METRICS)
     assert set(DEFAULT_METRICS) <= set(ALL_METRICS) and all(set(g) <= set(ALL_METRICS) for g in GROUPS.values())

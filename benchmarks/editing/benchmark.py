@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from ...engine import Node
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, positive_int
 from .. import common
 from . import report, spec
 from .config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
@@ -38,19 +38,19 @@ class EditingBenchmark(Benchmark):
     resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        common.add_model_arguments(p)  # --model (here: the edited checkpoint), --dtype, --device; shared, added once
+        common.add_model_arguments(p, retain=False, prompt=False)  # --model (here: the edited one), --dtype, --device
         g = p.add_argument_group("editing")
         g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint")
         g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")
         g.add_argument("--texts", default=None, help="EDITING: texts for perplexity (JSON/JSONL of {text} or one per line); default: the shipped set")
         g.add_argument("--edit-layers", default=None, help="EDITING: weight-delta norms on these layers only (e.g. 3,4); default: every manipulated layer")
         g.add_argument("--norm", choices=["fro", "spectral"], default="fro", help="EDITING: norm of the down-projection delta")
-        g.add_argument("--ppl-max-length", type=int, default=None, help="EDITING: perplexity window (default: the model's context, at most 1024)")
-        g.add_argument("--ppl-stride", type=int, default=None, help="EDITING: perplexity stride (default: half the window)")
-        g.add_argument("--trace-samples", type=int, default=10, help="EDITING: corrupted copies per trace cell")
+        g.add_argument("--ppl-max-length", type=positive_int, default=None, help="EDITING: perplexity window (default: the model's context, at most 1024)")
+        g.add_argument("--ppl-stride", type=positive_int, default=None, help="EDITING: perplexity stride (default: half the window)")
+        g.add_argument("--trace-samples", type=positive_int, default=10, help="EDITING: corrupted copies per trace cell")
         g.add_argument("--trace-noise", type=float, default=None, help="EDITING: absolute noise std (default: 3 x the subject-embedding std)")
         g.add_argument("--trace-seed", type=int, default=1, help="EDITING: seed of the trace noise (ROME: 1)")
-        g.add_argument("--trace-window", type=int, default=10, help="EDITING: layers restored together by the MLP/attention traces")
+        g.add_argument("--trace-window", type=positive_int, default=10, help="EDITING: layers restored together by the MLP/attention traces")
         g.add_argument("--trace-edits", default=None, help="EDITING: indices of the edits to trace (default: all)")
         g.add_argument("--trace-occurrence", choices=["first", "last"], default="last",
                        help="EDITING: which mention of the subject the noise corrupts (ROME: first)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 #: every node the benchmark can put in EDITING_EVAL.json
 ALL_METRICS = (
@@ -44,13 +44,13 @@ class EditingConfig(BaseModel):
     device: str = "auto"
     layers: tuple[int, ...] | None = None
     norm: Literal["fro", "spectral"] = "fro"
-    max_length: int | None = None
-    stride: int | None = None
-    trace_samples: int = 10
+    max_length: int | None = Field(None, ge=2)
+    stride: int | None = Field(None, gt=0)
+    trace_samples: int = Field(10, gt=0)
     trace_noise: float | None = None
     trace_noise_factor: float = 3.0
     trace_seed: int = 1
-    trace_window: int = 10
+    trace_window: int = Field(10, gt=0)
     trace_edits: tuple[int, ...] | None = None
     trace_occurrence: Literal["first", "last"] = "last"
     trace_answer: Literal["argmax", "target_true"] = "argmax"

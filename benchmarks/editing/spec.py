@@ -19,6 +19,7 @@ from ...metrics.editing.efficacy import efficacy, efficacy_dataset
 from ...metrics.editing.perplexity import perplexity, perplexity_change
 from ...metrics.editing.prompts import check_edit
 from ...metrics.editing.weight_delta_norm import weight_delta_norm
+from .. import common
 from .config import ALL_METRICS, EditingConfig
 from .data import load_edits, load_texts
 
@@ -72,19 +73,26 @@ def nodes(cfg: EditingConfig) -> list[Node]:
 
 
 def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
-    """Every check that needs no forward pass; a ValueError names what is wrong."""
+    """Every check that needs no forward pass; a ValueError names what is wrong.
+
+    The two checkpoints exist (folders, or hub ids in the local cache) and the device
+    does (benchmarks/common.check_model); two local folders are the same architecture
+    with the same tensor shapes (config fields and safetensors headers only); every edit
+    has its fields and its subject in its prompt; layer and trace-edit indices are in range.
+    """
     if not cfg.model or not cfg.base_model:
         raise ValueError("editing needs --model EDITED_DIR and --base-model ORIGINAL_DIR")
+    opts = common.ModelOptions(dtype=cfg.dtype, device=cfg.device)
+    folders = {}
     for flag, path in (("--model", cfg.model), ("--base-model", cfg.base_model)):
-        if not Path(path).expanduser().exists():
-            raise FileNotFoundError(f"{flag}: model folder not found: {path}")
-    if Path(cfg.model).expanduser().is_dir() and Path(cfg.base_model).expanduser().is_dir():
-        check_model_dirs(cfg.base_model, cfg.model)
+        common.check_model(path, opts, flag)
+        folders[flag] = common.checkpoint_folder(path, flag)
+    if folders["--model"] is not None and folders["--base-model"] is not None:
+        check_model_dirs(folders["--base-model"], folders["--model"])
     for i, row in enumerate(edits):
         check_edit(row, i)
-    mc = _config(cfg.base_model)
-    if mc is not None:
-        n = num_layers(mc)
+    if folders["--base-model"] is not None:
+        n = num_layers(read_config(folders["--base-model"]))
         bad = [x for x in cfg.layers or () if not 0 <= x < n]
         if bad:
             raise ValueError(f"layer {bad[0]} is out of range: the base model has {n} layers (0..{n - 1})")
