@@ -45,11 +45,23 @@ def main() -> int:
     from evaldag.benchmarks.editing.data import load_edits
     from evaldag.engine import run
     from evaldag.engine.adapters import HFModel
+    from evaldag.engine.adapters.hf_encoder import HFEncoder
+    from evaldag.metrics.editing.prompts import encode, subject_range
     from evaldag.metrics.editing.causal_trace import causal_trace
 
     torch.set_num_threads(1)
     edits = load_edits()[: args.edits]
     node = causal_trace(name="trace", samples=args.samples, noise=0.4, occurrence="last")
+    # loaded before either clock starts, so neither side pays for the imports; evaldag loads its own copy
+    tok, model = AutoTokenizer.from_pretrained(BASE), AutoModelForCausalLM.from_pretrained(BASE).eval()
+    t0 = time.perf_counter()
+    enc, grids = HFEncoder(tok), []
+    for e in edits:
+        ids = encode(enc, e["prompt"])
+        grids.append(rome_trace(model, list(ids), subject_range(enc, ids, e["subject"], occurrence="last"), 0.4,
+                                args.samples, 1, "hidden", 1)[0])
+    naive = time.perf_counter() - t0
+    cells = sum(g.size for g in grids)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         res = run([node], {"base_model": HFModel(BASE), "edits": edits}, cache_dir=tmp)
@@ -59,20 +71,13 @@ def main() -> int:
         warm = run([node], {"base_model": HFModel(BASE), "edits": edits}, cache_dir=tmp, force=True)
         warm_s = time.perf_counter() - t0
         warm_st = warm.executor["by_kind"]["causal_trace"]
-        t0 = time.perf_counter()  # the naive side pays for its model load too
-        tok, model = AutoTokenizer.from_pretrained(BASE), AutoModelForCausalLM.from_pretrained(BASE).eval()
-        cells, worst = 0, 0.0
-        for i, e in enumerate(edits):
-            got = res["trace"].value_by_index[str(i)]
-            grid, *_ = rome_trace(model, tok(e["prompt"]).input_ids, tuple(got["subject"]), 0.4, args.samples, 1, "hidden", 1)
-            cells += grid.size
-            worst = max(worst, float(np.abs(grid - np.array(got["scores"])).max()))
-        naive = time.perf_counter() - t0
+    worst = max(float(np.abs(g - np.array(res["trace"].value_by_index[str(i)]["scores"])).max()) for i, g in enumerate(grids))
     print(f"edits {len(edits)}, cells {cells}, samples {args.samples}")
     print(f"naive (ROME loop): {cells + len(edits)} forwards, {(cells + len(edits)) / cells:.2f} per cell, "
-          f"{naive:.2f} s with the model load")
+          f"{naive:.2f} s (model already loaded)")
     print(f"evaldag: {st['batches'] * 2} forwards in {st['batches']} batches, {2 * st['batches'] / st['unique']:.3f} per cell; "
-          f"whole run {ours:.2f} s (graph, cache, model load), executor {st['seconds']:.2f} s -> {naive / ours:.1f}x")
+          f"whole run {ours:.2f} s (graph, caches, its own model load), executor {st['seconds']:.2f} s; "
+          f"naive / whole run = {naive / ours:.1f}x")
     print(f"warm rerun (node recomputed, cells from the request cache): {warm_st['cached']}/{warm_st['unique']} cells cached, "
           f"{warm_st['sequences_forwarded']} forwarded, {warm_s:.2f} s")
     print(f"largest |difference| between the grids: {worst:.2e}")
