@@ -122,9 +122,10 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     assert RequestStore(cache).count() == ref["unique"]  # rank 0 wrote every rank's results
 
     # the same cache, one node of two ranks started by evaldag itself (it execs torchrun
-    # --standalone: localhost): nothing to forward on any rank, no model loaded
+    # --standalone: localhost), only rank 0 reading the cache and sending the cached nodes to
+    # rank 1: nothing to forward on any rank, no model loaded
     code, err = _finish([_start([str(BIN / "evaldag"), *run, "--out", str(tmp_path / "warm"),
-                                 "--launcher", "torchrun", "--nproc-per-node", "2"])])[0]
+                                 "--launcher", "torchrun", "--nproc-per-node", "2"], EVALDAG_DIST_CACHE_READS="rank0")])[0]
     assert code == 0, err[-3000:]
     warm = _executor(tmp_path / "warm")
     assert [warm["by_rank"][r]["sequences_forwarded"] for r in ("0", "1")] == [0, 0]
