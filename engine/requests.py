@@ -39,6 +39,8 @@ class Request:
         payload: dict = {"kind": self.kind, "schema": REQUEST_SCHEMA}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             v = getattr(self, f.name)
+            if f.metadata.get("key_omits_default") and v == f.default:
+                continue  # a field added later: at its default the key stays what it was before
             payload[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()
@@ -91,10 +93,17 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class Generate(Request):
-    """Generate from ``prompt_ids``; the result has the new token ids and decoded text."""
+    """Generate from ``prompt_ids``; the result has the new token ids and decoded text.
+
+    ``sample_index`` tells apart several answers wanted for one prompt (a probe's
+    repetitions): requests that differ only in it are distinct work. A sampling model
+    takes its randomness from ``settings.seed`` alone; a recorded-answers model (replay)
+    looks an answer up by prompt and ``sample_index``.
+    """
 
     prompt_ids: tuple[int, ...]
     settings: GenerationSettings = field(default_factory=GenerationSettings)
+    sample_index: int = field(default=0, metadata={"key_omits_default": True})
     kind: ClassVar[str] = "generate"
     padding_side: ClassVar[str] = "left"
 
