@@ -172,5 +172,5 @@ def test_failing_node_gives_nonzero_exit_and_is_reported(third_party, tmp_path):
 def test_unknown_benchmark_is_one_line_exit_2(capsys):
     assert cli.main(["run", "nosuchbench"]) == 2
     err = capsys.readouterr().err
-    assert {"editing", "muse", "tofu", "toy", "weat"} <= set(BENCHMARKS.names())
+    assert {"editing", "muse", "probes", "tofu", "toy", "weat"} <= set(BENCHMARKS.names())
     assert err.count("\n") == 1 and f"unknown benchmark 'nosuchbench'; known: {', '.join(BENCHMARKS.names())}" in err

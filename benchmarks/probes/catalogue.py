@@ -33,9 +33,27 @@ HARNESS_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+#: probes registered from Python (:func:`register_probe`), CLI name -> class
+CUSTOM: dict[str, type[Probe]] = {}
+
+
+def register_probe(name: str, cls: type[Probe]) -> type[Probe]:
+    """Make a Probe subclass available under ``name`` (in ``ProbesConfig.probes``)."""
+    if not (isinstance(cls, type) and issubclass(cls, Probe)):
+        raise TypeError(f"register_probe: {cls!r} is not a Probe subclass")
+    CUSTOM[name] = cls
+    return cls
+
+
+def known() -> list[str]:
+    return [*PROBES, *CUSTOM]
+
+
 def probe_class(name: str) -> type[Probe]:
+    if name in CUSTOM:
+        return CUSTOM[name]
     if name not in PROBES:
-        raise ValueError(f"unknown probe {name!r}; known: {', '.join(PROBES)}")
+        raise ValueError(f"unknown probe {name!r}; known: {', '.join(known())}")
     module, cls = PROBES[name]
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 

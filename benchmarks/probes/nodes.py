@@ -34,11 +34,18 @@ from ...metrics.probes.bootstrap import BootstrapMode, bootstrap_intervals
 from .catalogue import PROBES, make_probe
 
 
+def _source(obj: Any) -> str:
+    """Source text, or the qualified name for code without a file (e.g. defined in a notebook)."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', obj)}"
+
+
 def code_digest(cls: type) -> str:
     """sha256 of the probe's module and of metrics/probes (evaluators, calculators, marks)."""
-    h = hashlib.sha256()
-    files = {Path(inspect.getfile(cls))} | set(Path(inspect.getfile(sys.modules[Probe.__module__])).parent.glob("*.py"))
-    for f in sorted(files):
+    h = hashlib.sha256(_source(sys.modules.get(cls.__module__, cls)).encode())
+    for f in sorted(Path(inspect.getfile(sys.modules[Probe.__module__])).parent.glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()
 
@@ -49,7 +56,7 @@ def items_digest(cls: type) -> str:
     for name in ("_create_probe_items", "create_probe_item", "create_prompt", "prepare_scenarios", "first_names"):
         fn = getattr(cls, name, None)
         if fn is not None:
-            h.update(inspect.getsource(fn).encode())
+            h.update(_source(fn).encode())
     return h.hexdigest()
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ...engine import Node
-from .catalogue import HARNESS_DEFAULTS, PROBES, probe_class
+from .catalogue import HARNESS_DEFAULTS, known, probe_class
 from .data import digest, locate
 from .nodes import (
     AttemptParams, IntervalParams, MarkParams, ProbeSpec, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
@@ -56,9 +56,9 @@ class ProbesConfig(BaseModel):
     @field_validator("probes")
     @classmethod
     def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [p for p in v if p not in PROBES]
+        unknown = [p for p in v if p not in known()]
         if unknown:
-            raise ValueError(f"unknown probe(s) {unknown}; known: {', '.join(PROBES)}")
+            raise ValueError(f"unknown probe(s) {unknown}; known: {', '.join(known())}")
         if not v:
             raise ValueError("no probe selected")
         return tuple(dict.fromkeys(v))

