@@ -110,6 +110,12 @@ def test_missing_prompt_names_probe_item_prompt(tmp_path):
     assert "DirectProbe: item 3943, prompt 0, repetition 1" in reason and "has 1 record(s) for this prompt" in reason
 
 
+def test_replay_with_more_repetitions_than_asked_says_so(replay_file, tmp_path):
+    cfg = ProbesConfig(probes=("direct",), calculate_cis=False, options={"direct": {"num_repetitions": 1}})
+    res = run(nodes(cfg), {"model": ReplayModel(replay_file)}, cache=tmp_path / "c")
+    assert "pass --num-repetitions 2" in res.record("PROBES/DirectProbe.attempts").error
+
+
 def test_evaluator_error_and_empty_answers(tmp_path, monkeypatch):
     """An empty answer is undetected (as in GenderBench); an evaluator that raises names the attempt."""
     answers = {}

@@ -129,7 +129,22 @@ class ReplayModel(_TextModel):
                 out[i] = f"{where}: repetition_id {r}, but this attempt is repetition {rep} (records out of attempt order?)"
             elif not isinstance(answer, str):
                 out[i] = f"{where}: 'answer' must be a string, got {type(answer).__name__}"
+        hint = self._surplus(wanted, records) if wanted else ""
+        if hint:
+            first = min(out, default=0)
+            out[first] = f"{out[first]}; {hint}" if first in out else hint
         return out
+
+    def _surplus(self, wanted: Sequence[tuple[str, int, int]], records: dict) -> str:
+        """Every prompt has more records than the probe asks for: repetitions were left out."""
+        asked: dict[str, int] = {}
+        for text, _, j in wanted:
+            asked[text] = max(asked.get(text, 0), j + 1)
+        if all(len(records.get(t, ())) > n for t, n in asked.items()):
+            reps = 1 + max((r for t in asked for r, _, _ in records[t] if isinstance(r, int)), default=0)
+            return (f"{self.path} holds more answers per prompt than this probe asks for (repetition_id up to "
+                    f"{reps - 1}): pass --num-repetitions {reps}")
+        return ""
 
     def load(self) -> "ReplayAdapter":
         return ReplayAdapter(self._read())
