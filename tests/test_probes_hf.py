@@ -45,3 +45,20 @@ def test_hf_run_then_warm_rerun(tmp_path, capsys):
     assert main(args) in (0, 1)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["executor"]["requests"] == 0 and all(n["status"] == "cached" for n in run["nodes"].values())
+
+
+def test_sampling_gives_each_attempt_its_own_seed(tmp_path):
+    """--do-sample: repetitions are distinct requests, and the same seed gives the same answers."""
+    from evaldag.benchmarks.probes.generators import from_spec
+    from evaldag.benchmarks.probes.nodes import attempt_seed
+    from evaldag.benchmarks.probes.spec import ProbesConfig, nodes
+    from evaldag.engine import run
+
+    cfg = ProbesConfig(probes=("direct",), sample_k=3, num_repetitions=2, max_new_tokens=5, do_sample=True,
+                       calculate_cis=False, seed=7)
+    first = run(nodes(cfg), {"model": from_spec(f"hf:{MODEL}", device="cpu")}, cache=tmp_path / "a")
+    again = run(nodes(cfg), {"model": from_spec(f"hf:{MODEL}", device="cpu")}, cache=tmp_path / "b")
+    assert first.executor["unique"] == 6 == first.executor["generations"]
+    answers = first.value("PROBES/DirectProbe.attempts")["answers"]
+    assert answers == again.value("PROBES/DirectProbe.attempts")["answers"]
+    assert attempt_seed(7, 0) != attempt_seed(7, 1)
