@@ -20,7 +20,7 @@ from ...engine import Node
 from .catalogue import HARNESS_DEFAULTS, known, probe_class
 from .data import digest, locate
 from .nodes import (
-    AttemptParams, IntervalParams, MarkParams, ProbeSpec, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
+    MarkParams, ProbeSpec, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
     probe_items, probe_marks, probe_marks_points, probe_metrics,
 )
 
