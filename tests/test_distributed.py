@@ -19,9 +19,12 @@ import pytest
 
 from evaldag.engine import cli
 from evaldag.engine.cli.main import parser
-from evaldag.engine.distributed import partition
+from evaldag.engine.adapters.toy import ToyAdapter, ToyModel
+from evaldag.engine.distributed import ShardedExecutor, partition
+from evaldag.engine.distributed.wire import encode_results
 from evaldag.engine.distributed.launch import torchrun_command
 from evaldag.engine.cache import RequestStore
+from evaldag.engine.requests import TokenStats
 
 FIX = Path(__file__).parent / "fixtures"
 BIN = Path(sys.executable).parent
@@ -175,3 +178,57 @@ def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
     assert code == 2
     assert time.monotonic() - t0 < 60
     assert "rank 1 of 2 could not join the process group at 127.0.0.1:" in err and "within 2 s" in err, err[-2000:]
+
+
+# ----------------------------------------------------------------------------- one rank's failure, in process
+
+
+class _RankZeroOfTwo:
+    """Rank 0 of a two-rank group whose rank 1 sends ``answer`` at every exchange."""
+
+    rank, world, is_writer, broken = 0, 2, True, None
+
+    def __init__(self, answer: bytes):
+        self.answer = answer
+
+    def same(self, text, what):
+        return []
+
+    def min_ints(self, values, what):
+        return [int(v) for v in values]
+
+    def raise_if_any(self, error, what):
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed during {what}: {error}")
+
+    def gather_bytes(self, blob, what):
+        return [blob, self.answer]
+
+
+def _stats_requests(n: int) -> list:
+    return [TokenStats((1, 2 + i % 5), tuple(range(3, 4 + i))) for i in range(n)]
+
+
+def _zero_counts() -> dict:
+    return {k: 0 for k in ("sequences_forwarded", "tokens_real", "tokens_padded", "batches", "oom_retries", "seconds")}
+
+
+def test_a_failure_on_another_rank_fails_the_request_group_and_keeps_this_ranks_results(tmp_path):
+    store = RequestStore(tmp_path)
+    failed = encode_results("token_stats", {}, MemoryError("rank 1 ran out"), _zero_counts())
+    ex = ShardedExecutor(_RankZeroOfTwo(failed), cache=store, batch_tokens=40)
+    model, reqs = ToyModel(), _stats_requests(12)
+    with pytest.raises(RuntimeError, match=r"token_stats requests failed on rank 1: MemoryError: rank 1 ran out"):
+        ex.serve([(model, r) for r in reqs])
+    mine = ex.stats.by_rank[0]["sequences_forwarded"]
+    assert 0 < mine < len(reqs) and store.count() == mine  # rank 0's own batches are cached
+
+
+def test_a_failure_on_this_rank_is_reported_like_any_other_ranks(tmp_path, monkeypatch):
+    def broken(self, requests):
+        raise ValueError("bad batch")
+
+    monkeypatch.setattr(ToyAdapter, "run_batch", broken)
+    ex = ShardedExecutor(_RankZeroOfTwo(encode_results("token_stats", {}, None, _zero_counts())), batch_tokens=40)
+    with pytest.raises(RuntimeError, match=r"failed on rank 0: ValueError: bad batch"):
+        ex.serve([(ToyModel(), r) for r in _stats_requests(12)])

@@ -160,8 +160,9 @@ class ShardedExecutor(Executor):
         results: dict[str, Any] = dict(mine)
         others: list[tuple[str, str, Any]] = []
         errors = []
+        own = {"counts": counts, "error": None if err is None else f"{type(err).__name__}: {err}"}
         for r, blob in enumerate(blobs):
-            header, got = decode_results(kind, blob, where=f"rank {r}") if r != self.group.rank else ({"counts": counts}, {})
+            header, got = decode_results(kind, blob, where=f"rank {r}") if r != self.group.rank else (own, {})
             self.stats.add_rank(r, header["counts"])
             if header.get("error"):
                 errors.append(f"rank {r}: {header['error']}")
