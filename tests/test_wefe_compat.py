@@ -149,7 +149,23 @@ def test_unseeded_calls_draw_a_recorded_seed_and_are_not_cached(model, tmp_path)
     assert exact["p_value"] == pytest.approx(6 / 924, abs=1e-15) and exact["p_value_random_state"] is None
     r1 = wefe.RNSB(cache_dir=tmp_path).run_query(q, model)
     r2 = wefe.RNSB(cache_dir=tmp_path).run_query(q, model)
-    assert r1["random_state"] != r2["random_state"]
+    assert r1["result"] != r2["result"]  # unseeded: numpy's global stream goes on, as in WEFE
+
+
+def test_unseeded_rnsb_draws_from_numpy_global_rng_like_wefe(model, tmp_path):
+    """WEFE 1.0.1 after np.random.seed(0), RNSB with n_iterations=10 and no random_state (issue 11, item 8)."""
+    cases = [c for c in EXTRA["cases"] if c["metric"] == "RNSB" and "numpy_global_seed" in c and "random_state" not in c["args"]]
+    assert {c["query_id"] for c in cases} >= {"weat1_flowers_insects"}
+    sets = {**WORD_SETS, **EXTRA["queries"]}
+    for case in cases:
+        np.random.seed(case["numpy_global_seed"])
+        out = wefe.RNSB(cache_dir=tmp_path).run_query(query(case["query_id"], sets), model, **case["args"])
+        assert out["result"] == pytest.approx(case["output"]["result"], rel=1e-9, abs=1e-12), case["query_id"]
+        for w, p in case["output"]["negative_sentiment_probabilities"].items():
+            assert out["negative_sentiment_probabilities"][w] == pytest.approx(p, rel=1e-7, abs=1e-9)
+    np.random.seed(0)
+    first = wefe.RNSB(cache_dir=tmp_path).run_query(query("weat1_flowers_insects"), model, n_iterations=10)
+    assert first["result"] == pytest.approx(0.1013055299359478, rel=1e-9)  # the issue's 0.1013, not 0.1057
 
 
 def test_warn_not_found_words_logs_like_wefe(model, tmp_path, caplog):

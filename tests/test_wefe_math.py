@@ -572,7 +572,7 @@ def test_fingerprint_is_strict(vectors):
 
 
 def test_duplicate_words_keep_the_first_vector():
-    with pytest.warns(UserWarning, match="duplicate"):
+    with pytest.warns(UserWarning, match=r"1 duplicate word\(s\) \('a'\); the first vector of each is kept"):
         wv = WordVectors(["a", "b", "a"], [[1.0, 0], [0, 1.0], [5.0, 5.0]])
     assert wv.words == ("a", "b") and wv.duplicates == 1
     np.testing.assert_array_equal(wv["a"], [1.0, 0.0])

@@ -32,8 +32,10 @@ WEFE's order -- per iteration the split's draws, then the one ``randint`` sklear
 takes to seed liblinear. So ``n_iterations=1, random_state=s`` equals WEFE's
 ``random_state=s``, and ``n_iterations=k, random_state=s`` equals WEFE after
 ``np.random.seed(s)`` with ``random_state=None`` (WEFE refuses a seed with k > 1).
-``random_state=None`` draws a fresh seed (unseeded, as WEFE's default), and the
-result records the seed it drew in ``random_state``, so even that run can be replayed.
+``random_state=None`` draws a fresh seed, and the result records the seed it drew in
+``random_state``, so even that run can be replayed. A ``numpy.random.RandomState`` is
+consumed as it is: the WEFE facade's unseeded RNSB passes numpy's global one, as WEFE's
+scikit-learn calls do, so ``np.random.seed(s)`` before the call gives WEFE's numbers.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def _one_iteration(
 def rnsb(
     lookup: QueryLookup,
     *,
-    random_state: int | None = None,
+    random_state: int | np.random.RandomState | None = None,
     holdout: bool = True,
     n_iterations: int = 1,
     solver: str = "liblinear",
@@ -182,12 +184,11 @@ def rnsb(
     pos, neg = (a.vectors for a in lookup.attributes)
     targets = np.concatenate([t.vectors for t in lookup.targets])
     words = [w for t in lookup.targets for w in t.found]
-    seed = (
-        random_state
-        if random_state is not None
-        else int(np.random.SeedSequence().generate_state(1)[0])
-    )
-    rng = np.random.RandomState(seed)
+    if isinstance(random_state, np.random.RandomState):  # a stream to consume, e.g. numpy's global one
+        seed, rng = None, random_state
+    else:
+        seed = random_state if random_state is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        rng = np.random.RandomState(seed)
     kls: list[float] = []
     per_word: dict[str, list[float]] = {}
     accuracy: list[float] = []

@@ -62,14 +62,19 @@ class WordVectors:
             )
         index: dict[str, int] = {}
         keep: list[int] = []
+        repeated: dict[str, None] = {}
         for i, w in enumerate(words):
             if w not in index:
                 index[w] = len(keep)
                 keep.append(i)
+            else:
+                repeated[w] = None
         self.duplicates = len(words) - len(keep)
         if self.duplicates:
+            names = list(repeated)
+            shown = ", ".join(map(repr, names[:10])) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
             warnings.warn(
-                f"{source}: {self.duplicates} duplicate word(s); the first vector of each is kept",
+                f"{source}: {self.duplicates} duplicate word(s) ({shown}); the first vector of each is kept",
                 stacklevel=2,
             )
             matrix = matrix[keep]

@@ -23,9 +23,10 @@ What differs from WEFE 1.0.1 (docs/fairness.md has the full list):
   ``p_value``; result dicts may hold extra keys after WEFE's (per-word
   contributions, the p-value method, RNSB's classifier accuracy);
 * randomness is seedable: ``random_state`` also applies to WEAT's p-value and to RNSB
-  with ``n_iterations > 1``. Without it a fresh seed is drawn per call (WEFE's
-  unseeded behaviour) and recorded in the result, so that call is not served from the
-  cache; pass a seed to get cached, reproducible values;
+  with ``n_iterations > 1``. Without it WEAT's p-value draws a fresh seed per call,
+  recorded in the result, and RNSB draws from numpy's global RNG in WEFE's order (so
+  ``np.random.seed(s)`` before the call gives WEFE's numbers); neither is served from
+  the cache; pass a seed to get cached, reproducible values;
 * ``p_value_method`` also takes ``'exact'``, ``'monte_carlo'`` and ``'auto'``;
   ``'approximate'`` (the default, as in WEFE) is WEFE's sampler, draw for draw;
 * RNSB's classifier is fixed: liblinear's logistic regression, replayed in numpy (no
@@ -37,6 +38,7 @@ What differs from WEFE 1.0.1 (docs/fairness.md has the full list):
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -48,13 +50,14 @@ from ...engine.results import NodeRecord, Result, RunResult
 from .embeddings import WordVectorsResource
 from .lookup import LookupOptions
 from .query import Query
-from .registry import MetricSettings, TemplateError, query_nodes, wefe_fields
+from .registry import MetricSettings, TemplateError, as_result, query_nodes, wefe_fields
 from .ripa import RipaPairingError, RipaParams
 from .rnd import RndParams
-from .rnsb import RnsbIterationError, RnsbParams
+from .rnsb import RnsbIterationError, RnsbParams, rnsb
 from .vectors import WordVectors
 from .weat import WeatOptions
 from .weat_p_value import MAX_EXACT_SPLITS, PValueParams, n_splits
+from .word_sets import lookup_from_value
 
 __all__ = ["ECT", "MAC", "RIPA", "RND", "RNSB", "WEAT", "Query", "WordEmbeddingModel"]
 
@@ -283,10 +286,17 @@ class RNSB(_WefeMetric):
         """WEFE's RNSB.run_query with liblinear's logistic regression replayed in numpy."""
         _check_estimator(estimator, estimator_params)
         settings = MetricSettings(rnsb=RnsbParams(
-            random_state=_fresh_seed() if random_state is None else random_state,
+            random_state=0 if random_state is None else random_state,
             holdout=holdout, n_iterations=n_iterations, solver=solver))
         out = self._run(query, model, settings, cache_dir=cache_dir, ignored=_ignored(args, kwargs),
                         **_lookup_args(lost_vocabulary_threshold, preprocessors, strategy, normalize, warn_not_found_words))
+        if random_state is None and not math.isnan(out["result"]):
+            # unseeded, WEFE's split and liblinear's seed come from numpy's global RNG, in this
+            # order (scikit-learn's random_state=None): draw from it the same way, so that
+            # np.random.seed(s) before the call gives WEFE's numbers and later calls go on from there
+            lookup = lookup_from_value(self.last_run.value(f"{GROUP}/{QUERY_ID}/lookup"))
+            out = wefe_fields(as_result(rnsb(lookup, random_state=np.random.mtrand._rand, holdout=holdout,
+                                             n_iterations=n_iterations, solver=solver)))
         if print_model_evaluation:
             log.info("RNSB classifier accuracy per iteration: %s", out.get("classifier_accuracy"))
         return out
