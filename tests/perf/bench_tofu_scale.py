@@ -19,8 +19,8 @@ GPU mode (runs when CUDA is present; ``--gpu-smoke`` runs the same code on CPU w
 tiny config, to check it): a random Llama with a 1B-size config (Llama-3.2-1B's shapes
 with the tiny tokenizer's 1,024-token vocabulary) in bf16; tokens/s for token stats,
 for generation by evaldag's decode loop against plain batched ``model.generate`` (and
-transformers' ``generate_batch`` where the installed version has it), and single-row
-GradNorm.
+transformers' ``generate_batch`` where the installed version has it), and GradNorm one
+row per backward against rows of one length in one vmapped backward (the CUDA default).
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
 
     from evaldag.engine.adapters.base import PromptTemplate
     from evaldag.engine.adapters.hf import HFModel
+    from evaldag.engine.adapters.hf_adapter import GRAD_ROWS
     from evaldag.engine.batching import default_budget, pack
     from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, TokenStats
 
@@ -200,9 +201,15 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
         except Exception as e:  # noqa: BLE001 - reported, not fatal: an optional comparison
             print(f"  transformers generate_batch failed: {type(e).__name__}: {str(e)[:200]}")
 
-    grads = [GradNorm(e.context_ids, e.continuation_ids) for e in qa[: (8 if smoke else 64)]]
-    s, _ = timed(lambda: [adapter.run_batch([g]) for g in grads])
+    grads = [GradNorm(e.context_ids, e.continuation_ids) for e in qa[: (32 if smoke else 256)]]
+    adapter.grad_rows = 1
+    s, one = timed(lambda: [adapter.run_batch([g])[0] for g in grads])
     print(f"  GradNorm, one row per backward: {len(grads) / s:.1f} rows/s, {sum(g.length() for g in grads) / s:,.0f} tokens/s")
+    adapter.grad_rows, adapter._grad_ok = GRAD_ROWS, None  # the CUDA default: rows of one length in one vmapped backward
+    s, many = timed(lambda: adapter.run_batch(grads))
+    rel = max(abs(a.value - b.value) / abs(a.value) for a, b in zip(one, many) if a.value == a.value)
+    print(f"  GradNorm, vmapped (rows of one length, <= {GRAD_ROWS} at once): {len(grads) / s:.1f} rows/s; "
+          f"largest relative difference {rel:.1e}")
 
 
 def main() -> None:
