@@ -1,15 +1,18 @@
 """ROME's causal trace written out (``calculate_hidden_flow`` / ``trace_with_patch``): the reference
 the batched trace is tested against (tests/test_editing_trace.py) and timed against
 (tests/perf/bench_editing.py). One forward pass of ``samples + 1`` rows per (position, layer)
-cell, row 0 clean, as ROME runs it. Llama module names (the demo checkpoints)."""
+cell, row 0 clean, as ROME runs it. Module names are given per architecture (default: Llama's),
+written out here rather than taken from evaldag's table, so a wrong table entry fails."""
 
 import numpy as np
 import torch
 
+LLAMA = {"embed": "model.embed_tokens", "hidden": "model.layers.{}", "mlp": "model.layers.{}.mlp", "attn": "model.layers.{}.self_attn"}
 
-def rome_trace(model, ids, subject, noise, samples, seed, kind, window, answer=None):
+
+def rome_trace(model, ids, subject, noise, samples, seed, kind, window, answer=None, names=LLAMA):
     """ROME's calculate_hidden_flow / trace_with_patch, one forward of samples+1 rows per cell."""
-    n_layers = model.config.num_hidden_layers
+    n_layers = model.config.num_hidden_layers if hasattr(model.config, "num_hidden_layers") else model.config.n_layer
     modules = dict(model.named_modules())
     inp = torch.tensor([ids] * (samples + 1))
     a, b = subject
@@ -31,7 +34,7 @@ def rome_trace(model, ids, subject, noise, samples, seed, kind, window, answer=N
                 return (h, *out[1:]) if isinstance(out, tuple) else h
             return hook
 
-        hs = [modules["model.embed_tokens"].register_forward_hook(noise_hook)]
+        hs = [modules[names["embed"]].register_forward_hook(noise_hook)]
         hs += [modules[name].register_forward_hook(restore_hook(pos)) for name, pos in states]
         try:
             with torch.no_grad():
@@ -45,10 +48,6 @@ def rome_trace(model, ids, subject, noise, samples, seed, kind, window, answer=N
     grid = np.zeros((len(ids), n_layers))
     for t in range(len(ids)):
         for layer in range(n_layers):
-            if kind == "hidden":
-                names = [f"model.layers.{layer}"]
-            else:
-                lo, hi = max(0, layer - window // 2), min(n_layers, layer - (-window // 2))
-                names = [f"model.layers.{x}.{'mlp' if kind == 'mlp' else 'self_attn'}" for x in range(lo, hi)]
-            grid[t, layer] = patched([(n, t) for n in names])
+            lo, hi = (layer, layer + 1) if kind == "hidden" else (max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
+            grid[t, layer] = patched([(names[kind].format(x), t) for x in range(lo, hi)])
     return grid, low, float(clean[answer]), answer
