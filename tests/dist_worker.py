@@ -1,4 +1,4 @@
-"""One rank of a distributed ``evaldag`` run, started by tests/test_distributed.py.
+"""One rank of a distributed ``evaldag`` run, started by tests/engine/test_distributed.py.
 
 Usage: python dist_worker.py [--die-after-batches N] EVALDAG_ARGS...
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment, as torchrun

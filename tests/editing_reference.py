@@ -1,5 +1,5 @@
 """ROME's causal trace written out (``calculate_hidden_flow`` / ``trace_with_patch``): the reference
-the batched trace is tested against (tests/test_editing_trace.py) and timed against
+the batched trace is tested against (tests/metrics/test_editing_trace.py) and timed against
 (tests/perf/bench_editing.py). One forward pass of ``samples + 1`` rows per (position, layer)
 cell, row 0 clean, as ROME runs it. Module names are given per architecture (default: Llama's),
 written out here rather than taken from evaldag's table, so a wrong table entry fails."""

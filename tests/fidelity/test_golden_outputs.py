@@ -1,0 +1,54 @@
+"""Full runs give the same EVAL/SUMMARY files as the stored golden ones.
+
+The golden files (tests/fixtures/golden/, made by make_golden.py there) were written
+before the redesign step; any change to a number, a generation or a key shows here.
+Floats compare to 1e-9 relative (the same batches give bit-identical values; this
+only absorbs JSON round-trips), strings and keys exactly.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ..golden_runs import RUNS, run_one
+
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
+
+
+def _diff(a, b, path="", out=None):
+    out = [] if out is None else out
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            out.append(f"{path}: keys differ: only ours {sorted(set(a) - set(b))[:5]}, only golden {sorted(set(b) - set(a))[:5]}")
+        for k in set(a) & set(b):
+            _diff(a[k], b[k], f"{path}/{k}", out)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{path}: length {len(a)} vs {len(b)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{path}/{i}", out)
+    elif isinstance(a, float) or isinstance(b, float):
+        if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+            out.append(f"{path}: {a!r} vs {b!r}")
+        elif not (math.isnan(a) and math.isnan(b)) and not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+            out.append(f"{path}: {a!r} vs golden {b!r}")
+    elif a != b:
+        out.append(f"{path}: {a!r} vs golden {b!r}")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_outputs_equal_the_golden_files(name, tmp_path):
+    out = run_one(name, tmp_path)
+    files = sorted((GOLDEN / name).glob("*.json"))
+    assert files, f"no golden files for {name}"
+    produced = {f.name for f in out.glob("*_EVAL.json")} | {f.name for f in out.glob("*_SUMMARY.json")}
+    assert produced == {f.name for f in files}
+    for f in files:
+        ours = json.loads((out / f.name).read_text())
+        golden = json.loads(f.read_text())
+        problems = _diff(ours, golden)
+        assert not problems, f"{name}/{f.name}: {len(problems)} differences, e.g.\n" + "\n".join(problems[:10])
