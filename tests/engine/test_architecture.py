@@ -34,3 +34,11 @@ def test_the_page_names_no_module_that_does_not_exist():
     files = {f.name for top in ("engine", "metrics", "benchmarks") for f in (ROOT / top).rglob("*.py")}
     gone = sorted(n for n in NAMED if n.endswith(".py") and not n.startswith("tests/") and Path(n).name not in files)
     assert not gone, f"docs/architecture.md names modules that no longer exist: {gone}"
+
+
+def test_tests_mirror_the_tree():
+    """Tests live beside what they test: tests/engine, tests/metrics, tests/benchmarks, tests/fidelity."""
+    tests = ROOT / "tests"
+    loose = sorted(f.name for f in tests.glob("test_*.py"))
+    assert not loose, f"move these into tests/engine|metrics|benchmarks|fidelity: {loose}"
+    assert {d.name for d in tests.iterdir() if d.is_dir() and any(d.glob("test_*.py"))} <= {"engine", "metrics", "benchmarks", "fidelity"}

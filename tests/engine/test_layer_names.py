@@ -14,9 +14,9 @@ from evaldag.engine.adapters import HFModel
 from evaldag.metrics.editing.causal_trace import causal_trace
 from evaldag.metrics.editing.weight_delta_norm import weight_delta_norm
 
-from .editing_reference import rome_trace
+from ..editing_reference import rome_trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "benchmarks" / "demo" / "assets" / "tokenizer"
 EDITS = [{"prompt": "Ziopous Mofun was born in ", "subject": "Ziopous Mofun", "target_true": "Poznan", "target_new": "Lisbon"}]
 
