@@ -58,6 +58,7 @@ class Encoded(BaseModel):
     context_ids: tuple[int, ...]
     continuation_ids: tuple[int, ...]
     prompt_ids: tuple[int, ...]  # what generation starts from
+    truncated: int = 0  # tokens cut from the end of the scored sequence by ``max_length``
 
 
 @runtime_checkable

@@ -88,7 +88,7 @@ class HFEncoder:
         generation input) is the separately tokenized prompt in both modes. The chat path
         is not truncated (open-unlearning does not truncate it either).
         """
-        t = template
+        t, cut = template, 0
         if t.apply_chat_template:
             chat = [{"role": "system", "content": t.system_prompt}] if t.system_prompt else []
             for q, a in [*fewshot, (question, answer)]:
@@ -113,12 +113,14 @@ class HFEncoder:
                 full, split = self._split(wrapped + answer, len(wrapped), max_length, special=True)
             else:
                 full = self._ids(wrapped + answer, max_length)
+            if len(full) >= max_length:  # maybe cut: count what the cut dropped
+                cut = len(self._ids(wrapped + answer, None)) - len(full)
         if not full or full[-1] != self.eos_token_id:
             full = full + [self.eos_token_id]  # after truncation, as open-unlearning does (513 ids)
         if not joint:
             split = len(prompt_ids)
         return Encoded(context_ids=tuple(full[:split]), continuation_ids=tuple(full[split:]),
-                       prompt_ids=tuple(prompt_ids))
+                       prompt_ids=tuple(prompt_ids), truncated=cut)
 
     def _split(self, text: str, char: int, max_length: int | None, special: bool) -> tuple[list[int], int]:
         """Tokenize ``text`` once; the split is the first token that ends after ``char``."""
@@ -137,9 +139,11 @@ class HFEncoder:
         """
         full = self._ids(prefix + (" " if insert_space else "") + text, None)
         prefix_ids = self._ids(prefix, None)
+        cut = max(0, len(full) - len(prefix_ids) - max_length)
         full = full[: len(prefix_ids) + max_length]
         n = max(len(prefix_ids), 1)
-        return Encoded(context_ids=tuple(full[:n]), continuation_ids=tuple(full[n:]), prompt_ids=tuple(prefix_ids))
+        return Encoded(context_ids=tuple(full[:n]), continuation_ids=tuple(full[n:]), prompt_ids=tuple(prefix_ids),
+                       truncated=cut)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True,
                clean_up_tokenization_spaces: bool = False) -> str:

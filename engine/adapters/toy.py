@@ -49,8 +49,9 @@ class ToyEncoder:
 
     def encode_completion(self, prefix: str, text: str, insert_space: bool = False, max_length: int = 2048) -> Encoded:
         p = [BOS] + self._ids(prefix)
-        c = self._ids((" " if insert_space else "") + text)[:max_length]
-        return Encoded(context_ids=tuple(p), continuation_ids=tuple(c), prompt_ids=tuple(p))
+        c = self._ids((" " if insert_space else "") + text)
+        return Encoded(context_ids=tuple(p), continuation_ids=tuple(c[:max_length]), prompt_ids=tuple(p),
+                       truncated=max(0, len(c) - max_length))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, clean_up_tokenization_spaces: bool = False) -> str:
         return "".join(ALPHABET[i] for i in ids if not (skip_special_tokens and i in (BOS, EOS)))

@@ -42,7 +42,27 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
         f" {ex.get('sequences_forwarded', 0)} forwarded | padding {100 * ex.get('padding_fraction', 0.0):.1f}%"
         f" | {result.wall_seconds:.2f}s"
     )
+    for line in truncation_warnings(result):
+        print(line)
     for rec in result.failures():
         print(f"FAILED {rec.name}:\n{rec.error}")
     if out is not None:
         print(f"wrote {out}/")
+
+
+def truncation_warnings(result: RunResult) -> list[str]:
+    """One line per root metric whose items had tokens cut by ``max_length``."""
+    lines = []
+    for key in result.graph.roots:
+        v = result.graph.vertices[key]
+        if not v.names or result.records[key].status not in ("computed", "cached"):
+            continue
+        g, name = v.names[0]
+        val = result.value(f"{g}/{name}" if g else name)
+        vbi = val.value_by_index if isinstance(val, Result) else None
+        cut = [item["truncated_tokens"] for item in (vbi or {}).values() if isinstance(item, dict) and "truncated_tokens" in item]
+        if cut:
+            where = f" in {g}_EVAL.json" if g else ""
+            lines.append(f"warning: {g + '/' if g else ''}{name}: {len(cut)} items truncated to the model's context "
+                         f"(up to {max(cut)} tokens cut); see value_by_index[...].truncated_tokens{where}")
+    return lines

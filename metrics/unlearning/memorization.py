@@ -21,7 +21,7 @@ import numpy as np
 
 from ...engine import Params, Result, metric
 from .blocks import index_keys, mean_of_field, with_reason
-from .scoring import qa_stats, rows_of
+from .scoring import note_truncation, qa_stats, rows_of
 
 EMPTY_REASON = "no scored tokens once the last one is dropped"
 
@@ -110,13 +110,13 @@ class MemorizationParams(Params):
 def extraction_strength_node(stats: dict, params: MemorizationParams) -> Result:
     """1 - k/n, k the start of the longest suffix the model predicts correctly (teacher forcing)."""
     rows = [opts[0] for opts in rows_of(stats)]
-    return Result.from_dict(
-        extraction_strength_block([r.argmax for r in rows], [r.labels for r in rows], exclude_last=params.exclude_last, strict=params.strict)
-    )
+    block = extraction_strength_block([r.argmax for r in rows], [r.labels for r in rows], exclude_last=params.exclude_last, strict=params.strict)
+    return Result.from_dict(note_truncation(block, stats))
 
 
 @metric("exact_memorization", version="1", params=MemorizationParams, parents={"stats": qa_stats(field="answer")})
 def exact_memorization_node(stats: dict, params: MemorizationParams) -> Result:
     """Share of scored tokens whose teacher-forced argmax is the label."""
     rows = [opts[0] for opts in rows_of(stats)]
-    return Result.from_dict(exact_memorization_block([r.argmax for r in rows], [r.labels for r in rows], exclude_last=params.exclude_last))
+    block = exact_memorization_block([r.argmax for r in rows], [r.labels for r in rows], exclude_last=params.exclude_last)
+    return Result.from_dict(note_truncation(block, stats))

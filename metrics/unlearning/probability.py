@@ -24,7 +24,7 @@ import numpy as np
 
 from ...engine import Result, metric
 from .blocks import EPS, as_float_array, index_keys, mean_of_field, mean_over_options, paired_block, with_reason
-from .scoring import has_options, qa_stats, rows_of
+from .scoring import has_options, note_truncation, qa_stats, rows_of
 
 NO_TARGET_REASON = (
     "no scored tokens: the prompt and prompt+answer tokenize to the same length, so "
@@ -103,8 +103,10 @@ def probability(stats: dict) -> Result:
     """Q_A_Prob, Q_A_PARA_Prob, Q_A_PERT_Prob: exp(-avg_loss) per item (per option), averaged."""
     rows = rows_of(stats)
     if has_options(stats):
-        return Result.from_dict(probability_options_block([[o.logprob for o in opts] for opts in rows]))
-    return Result.from_dict(probability_block([opts[0].logprob for opts in rows]))
+        block = probability_options_block([[o.logprob for o in opts] for opts in rows])
+    else:
+        block = probability_block([opts[0].logprob for opts in rows])
+    return Result.from_dict(note_truncation(block, stats))
 
 
 @metric(

@@ -43,26 +43,48 @@ def _options(row: dict, field: str, where: str) -> list[str]:
 def qa_stats(model: Any, data: list[dict], params: QAParams):
     """Per-token stats of each answer (each option of a list field) given its question."""
     enc = model.encoder()
-    reqs, n_opts = [], []
+    reqs, n_opts, cut = [], [], []
     for i, row in enumerate(data):
         opts = _options(row, params.field, f"row {i}")
         n_opts.append(len(opts) if isinstance(row[params.field], (list, tuple)) else 0)
         for ans in opts:
             e = enc.encode_qa(row[params.question_key], ans, params.template, joint=params.joint_tokenization, max_length=params.max_length)
             reqs.append(TokenStats(e.context_ids, e.continuation_ids))
+            cut.append(e.truncated)
     results = yield reqs
-    return _scored(enc, reqs, results, n_opts)
+    return _scored(enc, reqs, results, n_opts, cut)
 
 
-def _scored(enc: Any, reqs: list[TokenStats], results: list, n_opts: list[int]) -> dict:
-    """Stats (CSR-packed), the scored ids, their decoded text (for ZLib) and the row layout."""
+def _scored(enc: Any, reqs: list[TokenStats], results: list, n_opts: list[int], cut: list[int]) -> dict:
+    """Stats (CSR-packed), the scored ids, their decoded text (for ZLib), the row layout
+    and the tokens ``max_length`` cut from each sequence."""
     labels = [np.asarray(r.continuation_ids, dtype=np.int64) for r in reqs]
     return {
         "stats": pack_token_stats(results),
         "labels": np.concatenate(labels) if labels else np.zeros(0, np.int64),
         "n_options": np.asarray(n_opts, dtype=np.int64),
         "texts": [enc.decode(r.continuation_ids, skip_special_tokens=True) for r in reqs],
+        "truncated": np.asarray(cut, dtype=np.int64),
     }
+
+
+def note_truncation(block: dict, scored: dict) -> dict:
+    """Add ``truncated_tokens`` (summed over a row's options) to each item that was cut.
+
+    Items nothing was cut from get no key, so untruncated outputs stay as open-unlearning's.
+    """
+    cut = scored.get("truncated")
+    vbi = block.get("value_by_index")
+    if cut is None or vbi is None or not cut.any():
+        return block
+    pos = 0
+    for key, n in zip(list(vbi), scored["n_options"].tolist()):
+        k = max(n, 1)
+        total = int(cut[pos : pos + k].sum())
+        pos += k
+        if total > 0 and isinstance(vbi[key], dict):
+            vbi[key]["truncated_tokens"] = total
+    return block
 
 
 @dataclass
@@ -141,12 +163,13 @@ class CompletionParams(Params):
 def completion_stats(model: Any, data: list[dict], params: CompletionParams):
     """Per-token stats of each text given its prefix (no eos appended, as the reference)."""
     enc = model.encoder()
-    reqs = []
+    reqs, cut = [], []
     for row in data:
         e = enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space, max_length=params.max_length)
         reqs.append(TokenStats(e.context_ids, e.continuation_ids))
+        cut.append(e.truncated)
     results = yield reqs
-    return _scored(enc, reqs, results, [0] * len(reqs))
+    return _scored(enc, reqs, results, [0] * len(reqs), cut)
 
 
 class CompletionGenParams(CompletionParams):
