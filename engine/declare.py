@@ -22,12 +22,15 @@ bound resource's *fingerprint*, so identical work is found again whatever it was
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .fingerprint import code_identity
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -89,6 +92,11 @@ class MetricDef:
     @property
     def kind(self) -> str:
         return "scorer" if self.scorer else "aggregator"
+
+    @functools.cached_property
+    def code(self) -> str:
+        """The function's code identity (fingerprint.code_identity), computed once."""
+        return code_identity(self.fn)
 
     def __repr__(self) -> str:
         return f"<metric {self.name} v{self.version} ({self.kind})>"

@@ -1,24 +1,29 @@
 """Strict fingerprints: a node's identity is a hash of what determines its value.
 
 ``fingerprint(components)`` = sha256 over canonical JSON of: metric name, version,
-canonical params, parents' fingerprints in key order, and the fingerprints of the
-resources the node reads (under the names the node reads them by). Values are hashed
+the metric's code identity (:func:`code_identity`), canonical params, parents'
+fingerprints in key order, and the fingerprints of the resources the node reads
+(under the names the node reads them by). Values are hashed
 with a type tag; arrays and tensors as dtype + shape + bytes; anything we do not know
 how to hash deterministically is an error, never a silent constant or a pickle.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
+import textwrap
+import types
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
-ENGINE_SCHEMA = "evaldag-1"
+ENGINE_SCHEMA = "evaldag-2"  # 2: components gained "code"
 
 
 class FingerprintError(TypeError):
@@ -97,12 +102,14 @@ def canonical_params(params: BaseModel) -> Any:
     return json.loads(params.model_dump_json())
 
 
-def components(metric: str, version: str, params: Any, parents: dict[str, str], resources: dict[str, str]) -> dict:
+def components(metric: str, version: str, params: Any, parents: dict[str, str], resources: dict[str, str],
+               code: str = "") -> dict:
     """Everything a node's fingerprint is made of, in a form explain() can show and diff."""
     return {
         "engine": ENGINE_SCHEMA,
         "metric": metric,
         "version": version,
+        "code": code,
         "params": params,
         "parents": dict(sorted(parents.items())),
         "resources": dict(sorted(resources.items())),
@@ -111,3 +118,69 @@ def components(metric: str, version: str, params: Any, parents: dict[str, str], 
 
 def digest(comps: dict) -> str:
     return hash_value(comps)
+
+
+# ---------------------------------------------------------------------------- code identity
+
+
+def code_identity(fn: Any) -> str:
+    """A hash of what a metric's function does, so an edited function is recomputed.
+
+    ``src:<sha>``: the function's source (for a method of a class, e.g. a ``Metric``
+    subclass's ``compute``, the whole class), parsed and unparsed, with decorators and
+    docstrings dropped: comments, blank lines, formatting and docstrings do not count.
+    ``code:<sha>``: where there is no source (a lambda, a function typed into a REPL or
+    built with ``exec``), the bytecode: ``co_code``, constants and names, nested code
+    included; that hash also changes with the Python version. ``name:<module.qualname>``
+    for a callable with neither (e.g. a ``functools.partial``): only ``version`` then
+    protects its cached values. Helpers the function calls are not hashed: bump
+    ``version`` when one of them changes what the metric returns.
+    """
+    target = type(fn.__self__) if inspect.ismethod(fn) else fn
+    if getattr(target, "__name__", "") != "<lambda>":
+        try:
+            return "src:" + _sha(_normalised_source(target))
+        except (OSError, TypeError, SyntaxError, IndexError):
+            pass
+    codes = _code_objects(target)
+    if codes:
+        h = hashlib.sha256()
+        for code in codes:
+            _update_code(h, code)
+        return "code:" + h.hexdigest()[:32]
+    return f"name:{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _normalised_source(obj: Any) -> str:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    first = tree.body[0]
+    if not isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        raise SyntaxError("source is not a def or class")
+    for node in ast.walk(first):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    first.decorator_list = []  # @metric(...)'s arguments are hashed as their own components
+    return ast.unparse(first)
+
+
+def _code_objects(obj: Any) -> list[types.CodeType]:
+    if isinstance(obj, type):
+        return [f.__code__ for _, f in sorted(vars(obj).items()) if isinstance(f, types.FunctionType)]
+    code = getattr(obj, "__code__", None)
+    return [code] if isinstance(code, types.CodeType) else []
+
+
+def _update_code(h: "hashlib._Hash", code: types.CodeType) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _update_code(h, const)
+        else:
+            h.update(repr(const).encode())

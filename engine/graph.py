@@ -198,7 +198,8 @@ class Graph:
         for v in self.order():
             res_fps = {need: resources.get(name, v.label).fingerprint() for need, name in v.resources.items()}
             par_fps = {k: self.vertices[pk].fingerprint for k, pk in v.parent_keys.items()}
-            v.components = components(v.metric.name, v.metric.version, canonical_params(v.node.params), par_fps, res_fps)
+            v.components = components(v.metric.name, v.metric.version, canonical_params(v.node.params), par_fps, res_fps,
+                                      code=v.metric.code)
             v.fingerprint = digest(v.components)
 
     def explain(self, name: str) -> dict:
@@ -209,6 +210,7 @@ class Graph:
             "fingerprint": v.fingerprint,
             "metric": v.metric.name,
             "version": v.metric.version,
+            "code": v.metric.code,
             "params": canonical_params(v.node.params),
             "parents": {k: {"node": self.vertices[pk].label, "fingerprint": self.vertices[pk].fingerprint} for k, pk in v.parent_keys.items()},
             "resources": {need: {"bound_to": name, "fingerprint": (v.components or {}).get("resources", {}).get(need)} for need, name in v.resources.items()},

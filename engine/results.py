@@ -67,7 +67,7 @@ class NodeRecord:
     """How one vertex fared: status, seconds, why it was (re)computed, the error if any.
 
     ``reason`` is always a recompute reason (new, params, parent, data, model, version,
-    corrupt-entry; empty when cached), also for a node that then failed or was skipped;
+    code, corrupt-entry; empty when cached), also for a node that then failed or was skipped;
     ``error`` holds the traceback of a failure or the cause of a skip.
     """
 

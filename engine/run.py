@@ -190,6 +190,8 @@ class _Runner:
             return "new"
         if old.get("version") != new.get("version"):
             return "version"
+        if old.get("code") != new.get("code"):
+            return "code"
         if old.get("params") != new.get("params"):
             return "params"
         changed = [k for k, fp in new.get("resources", {}).items() if old.get("resources", {}).get(k) != fp]
