@@ -28,9 +28,10 @@ class Resource(Protocol):
 class Value:
     """A plain in-memory value; fingerprinted strictly from its content."""
 
-    def __init__(self, obj: Any, kind: str = "other"):
+    def __init__(self, obj: Any, kind: str = "other", source: str = ""):
         self.obj = obj
         self.kind = kind
+        self.source = source  # provenance only (e.g. the retain logs' file), not hashed
         self._fp: str | None = None
 
     def fingerprint(self) -> str:
@@ -42,7 +43,7 @@ class Value:
         return self.obj
 
     def describe(self) -> dict:
-        return {"type": type(self.obj).__name__}
+        return {"type": type(self.obj).__name__, **({"source": self.source} if self.source else {})}
 
 
 class Rows:
@@ -71,7 +72,8 @@ class Rows:
         return self._fp
 
     def describe(self) -> dict:
-        return {"source": self.source, "rows": len(self.value())}
+        """The source; the row count only once loaded (describing never loads data)."""
+        return {"source": self.source, **({"rows": len(self._rows)} if self._rows is not None else {})}
 
 
 def hash_rows(rows: list) -> str:

@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import math
+import os
+import platform
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -186,10 +189,41 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def provenance(resources: Any) -> dict:
-    """Versions (read from package metadata: importing torch would cost seconds) and models."""
-    out = {"evaldag": _version("evaldag"), "torch": _version("torch"), "transformers": _version("transformers")}
+def provenance(resources: Any, graph: Graph | None = None, extra: dict | None = None) -> dict:
+    """What names a run a week later: versions, the command line, and each resource it read.
+
+    Versions are read from package metadata (importing torch would cost seconds).
+    ``resources`` maps each resource the graph reads to its kind, fingerprint and the
+    resource's own ``describe()`` (a model's path, dtype and device; a dataset's source;
+    retain logs' file); ``templates`` the distinct prompt templates in node params.
+    """
+    out: dict[str, Any] = {
+        "evaldag": _version("evaldag"), "torch": _version("torch"), "transformers": _version("transformers"),
+        "python": platform.python_version(), "command": list(sys.argv), "cwd": os.getcwd(),
+    }
     models = resources.model_fingerprints() if resources is not None else {}
     out["model_fingerprint"] = models.get("model")
     out["models"] = models
+    if graph is not None and resources is not None:
+        out["resources"] = {name: describe_resource(resources.get(name)) for name in sorted(graph.required_resources())}
+        templates = []
+        for v in graph.order():
+            t = v.components.get("params", {}).get("template") if isinstance(v.components, dict) and isinstance(v.components.get("params"), dict) else None
+            if t is not None and t not in templates:
+                templates.append(t)
+        out["templates"] = templates
+    out.update(extra or {})
+    return out
+
+
+def describe_resource(res: Any) -> dict:
+    """A resource's kind, fingerprint and ``describe()`` (a provider's inputs, recursively)."""
+    out: dict[str, Any] = {"kind": getattr(res, "kind", "other"), "fingerprint": res.fingerprint()}
+    try:
+        out.update(res.describe() if hasattr(res, "describe") else {})
+    except Exception as e:  # noqa: BLE001 - provenance must never fail a finished run
+        out["describe_error"] = f"{type(e).__name__}: {e}"
+    inputs = getattr(res, "inputs", None)
+    if isinstance(inputs, dict):
+        out["inputs"] = {k: describe_resource(r) for k, r in sorted(inputs.items())}
     return out

@@ -25,7 +25,8 @@ from .executor import Executor
 from .graph import Graph, Vertex
 from .requests import Request
 from .resources import ResourceSet
-from .results import NodeRecord, RunResult, provenance
+from .results import NodeRecord, RunResult
+from .results import provenance as provenance_of
 
 
 def run(
@@ -39,6 +40,7 @@ def run(
     progress: bool = False,
     force: bool = False,
     batch_tokens: int | None = None,
+    provenance: dict | None = None,
 ) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
@@ -46,7 +48,8 @@ def run(
     name); None: ``$EVALDAG_CACHE_DIR`` or the user cache dir. The executor is built on
     ``cache.requests`` unless one is given. Returns a :class:`RunResult`; nothing raises
     for a failing metric (see its records), but graph errors (unknown parent, cycle,
-    missing resource) raise before any work.
+    missing resource) raise before any work. ``provenance`` adds keys to run.json's
+    provenance block (the CLI adds each benchmark's config).
     """
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
@@ -62,7 +65,7 @@ def run(
         executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.go()
-        prov = provenance(rs)
+        prov = provenance_of(rs, graph, provenance)
     return RunResult(
         graph=graph,
         cache=cache,

@@ -26,7 +26,7 @@ def tofu_resources(cfg: TofuConfig) -> dict[str, Any]:
     for role, subset in tofu_splits(cfg.forget_split, cfg.holdout_split).items():
         out[RESOURCE_OF_ROLE[role]] = Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
     if cfg.retain_logs:
-        out["tofu_retain_logs"] = Value(load_eval_logs(cfg.retain_logs).raw, kind="data")
+        out["tofu_retain_logs"] = Value(load_eval_logs(cfg.retain_logs).raw, kind="data", source=str(cfg.retain_logs))
     return out
 
 

@@ -176,9 +176,20 @@ class HFModel:
         return root is None or not _dedicated_pad_files(root)
 
     def describe(self) -> dict:
-        device = self._adapter.device if self._adapter is not None else self.device
-        out = {"path": self.path, "dtype": self.dtype, "device": device,
+        """Where the weights came from and how they ran: path (absolute for a folder), source
+        (dir, hub or memory), requested and loaded dtype and device, attention settings."""
+        if self._objects is not None:
+            source, path = "memory", self.path
+        elif self.is_dir:
+            source, path = "dir", str(Path(self.path).expanduser().resolve())
+        else:
+            snapshot = _hub_snapshot(self.path)
+            source, path = "hub", self.path + (f"@{snapshot.name}" if snapshot else "")
+        out = {"path": path, "source": source, "dtype": self.dtype, "device": self.device,
                "attn_implementation": self.attn_implementation, "attention_mask": self.attention_mask}
+        if self._adapter is not None:  # what actually ran
+            model = self._adapter.model
+            out.update(loaded_dtype=str(model.dtype).replace("torch.", ""), loaded_device=str(model.device))
         if self.device_map is not None:
             out["device_map"] = placement(self._adapter.model) if self._adapter is not None else self.device_map
         return out
