@@ -80,16 +80,20 @@ class Executor:
     """Serve ``(model_resource, request)`` pairs; results come back in the same order.
 
     ``batch_tokens`` overrides the token budget per batch; ``device`` overrides the device
-    whose default budget is used (otherwise the adapter's). ``fault`` is a test hook,
+    whose default budget is used (otherwise the adapter's). ``deterministic`` runs every
+    request alone, in a fixed order (slow; the values then do not depend on how requests
+    were batched) and keeps its results apart in the request store. ``fault`` is a test hook,
     ``fault(kind, requests)``, called before every batch; it may raise (e.g.
     :class:`OutOfMemory`) to exercise the recovery paths.
     """
 
     def __init__(self, cache: RequestStore | None = None, progress: bool = False,
                  batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None,
-                 refresh: bool = False):
+                 refresh: bool = False, deterministic: bool = False):
         self.cache = cache
         self.refresh = refresh  # ask the model for every request; the answers replace the cached ones
+        self.deterministic = deterministic
+        self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
         self.progress = progress
         self.batch_tokens = batch_tokens
         self.device = device
@@ -112,7 +116,9 @@ class Executor:
         groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         for i, (model, req) in enumerate(work):
             fp = fps.get(id(model)) or fps.setdefault(id(model), model.fingerprint())
-            models.setdefault(fp, model)
+            if fp not in models:
+                models[fp] = model
+                self._store_keys.setdefault(fp, self.store_key(model, fp))  # before any load
             key = req.key()
             reqs[key] = req
             groups[(fp, req.kind)][key].append(i)
@@ -133,10 +139,20 @@ class Executor:
             st.seconds += time.perf_counter() - t0
         return out
 
+    def store_key(self, model: Any, fp: str) -> str:
+        """The request store's model key: fingerprint @ device type (+det), known without loading.
+
+        Reads and writes of one model use the key computed before its weights are loaded.
+        """
+        if fp in self._store_keys:
+            return self._store_keys[fp]
+        device = model.device_type() if hasattr(model, "device_type") else "cpu"
+        return f"{fp}@{device}" + ("+det" if self.deterministic else "")
+
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
     def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
         """Cached results among ``keys`` (none when refreshing)."""
-        return self.cache.get_many(fp, keys) if self.cache and not self.refresh else {}
+        return self.cache.get_many(self._store_keys[fp], keys) if self.cache and not self.refresh else {}
 
     def _share(self, batches: list[list], length: Callable) -> list[list]:
         """The batches this process runs (all of them, alone)."""
@@ -147,16 +163,19 @@ class Executor:
         if (fp, kind) not in self._budgets:
             hint = adapter.budget_hint() if hasattr(adapter, "budget_hint") else None
             device = self.device or getattr(adapter, "device", "cpu")
-            budget = default_budget(device, self.batch_tokens, hint, _MAX_BATCH.get(kind))
+            budget = default_budget(device, self.batch_tokens, hint, 1 if self.deterministic else _MAX_BATCH.get(kind))
             # An adapter that schedules rows itself (continuous batching) may take larger
-            # groups and keep its own working set under the budget it is given here.
-            widen = getattr(adapter, "group_budget", None)
+            # groups and keep its own working set under the budget it is given here
+            # (never under --deterministic: every request runs alone).
+            widen = None if self.deterministic else getattr(adapter, "group_budget", None)
             self._budgets[(fp, kind)] = widen(kind, budget) if widen else budget
         return self._budgets[(fp, kind)]
 
     def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         adapter = self.adapter(model, fp)
         length = _length
+        if self.deterministic:
+            items = sorted(items, key=lambda x: x[0])  # a fixed order, whatever order they were asked in
         queue = deque(self._share(pack(items, length, self._budget(adapter, fp, kind)), length))
         results: dict[str, Any] = {}
         bar = self._bar(kind, sum(length(x) for b in queue for x in b))
@@ -179,7 +198,8 @@ class Executor:
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
                 if self.cache is not None:
-                    self.cache.put_many(fp, [(k, kind, r) for (k, _), r in zip(batch, got)])
+                    self.cache.put_many(self._store_keys[fp], [(k, kind, r) for (k, _), r in zip(batch, got)],
+                                        meta=self._batch_meta(adapter, fp, kind, batch))
                 results.update((k, r) for (k, _), r in zip(batch, got))
                 bar.update(sum(length(x) for x in batch))
         finally:
@@ -198,6 +218,14 @@ class Executor:
         if len(got) != len(requests):
             raise RuntimeError(f"adapter returned {len(got)} results for {len(requests)} {kind} requests")
         return got
+
+    def _batch_meta(self, adapter: Any, fp: str, kind: str, batch: list) -> dict:
+        """How a result was computed (device, dtype, batch shape): kept with each request result."""
+        model = getattr(adapter, "model", None)
+        budget = self._budgets.get((fp, kind))
+        return {"device": str(getattr(adapter, "device", "cpu")), "dtype": str(getattr(model, "dtype", "")).replace("torch.", ""),
+                "batch_size": len(batch), "batch_padded_tokens": padded_tokens(batch, _length),
+                "budget_tokens": budget.tokens if budget else None, "deterministic": self.deterministic}
 
     @staticmethod
     def _record(adapter: Any, kind: str, batch: list, got: list, st: KindStats) -> None:

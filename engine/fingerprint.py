@@ -103,9 +103,14 @@ def canonical_params(params: BaseModel) -> Any:
 
 
 def components(metric: str, version: str, params: Any, parents: dict[str, str], resources: dict[str, str],
-               code: str = "") -> dict:
-    """Everything a node's fingerprint is made of, in a form explain() can show and diff."""
+               code: str = "", execution: str | None = None) -> dict:
+    """Everything a node's fingerprint is made of, in a form explain() can show and diff.
+
+    ``execution`` (``"deterministic"`` for a scorer under ``--deterministic``) keeps such
+    results apart from batched ones; absent by default, so default fingerprints do not move.
+    """
     return {
+        **({"execution": execution} if execution else {}),
         "engine": ENGINE_SCHEMA,
         "metric": metric,
         "version": version,

@@ -20,7 +20,7 @@ import traceback
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
-from .cache import Cache
+from .cache import Cache, CacheWriteError
 from .executor import Executor
 from .graph import Graph, Vertex
 from .requests import Request
@@ -41,6 +41,7 @@ def run(
     force: bool = False,
     batch_tokens: int | None = None,
     provenance: dict | None = None,
+    deterministic: bool = False,
 ) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
@@ -49,7 +50,10 @@ def run(
     ``cache.requests`` unless one is given. Returns a :class:`RunResult`; nothing raises
     for a failing metric (see its records), but graph errors (unknown parent, cycle,
     missing resource) raise before any work. ``provenance`` adds keys to run.json's
-    provenance block (the CLI adds each benchmark's config).
+    provenance block. ``deterministic`` runs every model request alone, in a fixed order
+    (values independent of batching; its results are cached apart from batched ones). A
+    cache that cannot be written (full disk) stops the run with :class:`CacheWriteError`;
+    what was stored before stays valid.
     """
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
@@ -58,14 +62,18 @@ def run(
     cache.mark()  # clear/prune only ever touch a root that carries the cache's marker
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
+    cache.sweep()
     with cache.filehash.active():  # model files are hashed through this cache's memo
-        graph.fingerprint(rs)
+        graph.fingerprint(rs, execution="deterministic" if deterministic else None)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
-        executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens)
+        executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens,
+                                        deterministic=deterministic)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.go()
-        prov = provenance_of(rs, graph, provenance)
+        execution = {"deterministic": deterministic or bool(getattr(executor, "deterministic", False)),
+                     "batch_tokens": getattr(executor, "batch_tokens", batch_tokens)}
+        prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
     return RunResult(
         graph=graph,
         cache=cache,
@@ -132,7 +140,7 @@ class _Runner:
         """Nodes already in the store (verified by checksum on read) count as cached."""
         out = []
         for v in vs:
-            entry = None if self.force else self.store.get(v.fingerprint)
+            entry = None if self.force else self.store.get(v.fingerprint, v.metric.name)
             if entry is not None:
                 self.values[v.key] = entry.value
                 self.records[v.key] = NodeRecord.cached(v)
@@ -158,7 +166,7 @@ class _Runner:
     def value(self, key: str) -> Any:
         if key not in self.values:
             v = self.g.vertices[key]
-            entry = self.store.get(v.fingerprint)
+            entry = self.store.get(v.fingerprint, v.metric.name)
             if entry is None:
                 raise RuntimeError(f"cache entry for {v.label} vanished or was corrupt; rerun to recompute it")
             self.values[key] = entry.value
@@ -181,6 +189,8 @@ class _Runner:
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 
     def fail(self, v: Vertex, err: BaseException | str, seconds: float) -> None:
+        if isinstance(err, CacheWriteError):  # not the node's fault: stop the run, one clear line
+            raise err
         tb = err if isinstance(err, str) else "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
 

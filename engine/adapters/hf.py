@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,23 @@ class HFModel:
         # which cannot notice the repository changing on the hub.
         snapshot = _hub_snapshot(self.path)
         return _digest("hf-hub-1", self.path, snapshot.name if snapshot else "unresolved", f"dtype={dtype}", *mask)
+
+    def device_type(self) -> str:
+        """``cpu``, ``cuda`` or ``mps``: where this model runs, known without importing torch.
+
+        Part of the request store's key, so a CPU answer is never served to a CUDA run. For
+        ``device="auto"`` it is what torch would pick, read from torch when it is already
+        imported, else from the environment: ``cuda`` when an NVIDIA driver is present, a
+        GPU is visible and the installed torch is a CUDA build; ``mps`` on Apple silicon;
+        else ``cpu``.
+        """
+        if self._adapter is not None:
+            return str(self._adapter.device).split(":")[0]
+        if self.device != "auto":
+            return str(self.device).split(":")[0]
+        if "torch" in sys.modules:
+            return _resolve_device("auto")
+        return _probe_device()
 
     def mask_mode_matters(self) -> bool:
         """Whether ``attention_mask="reference"`` and ``"padding"`` can give different numbers.
@@ -308,6 +327,24 @@ def _resolve_device(device: str) -> str:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def _probe_device() -> str:
+    """torch's automatic device choice, guessed without importing torch (see HFModel.device_type)."""
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "mps"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return "cpu"
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        return "cpu"
+    try:
+        from importlib import metadata
+
+        files = metadata.files("torch") or []
+    except Exception:  # noqa: BLE001 - torch not installed: nothing can run on cuda
+        return "cpu"
+    return "cuda" if any("libtorch_cuda" in str(f) or "libc10_cuda" in str(f) for f in files) else "cpu"
 
 
 def _hub_snapshot(repo_id: str) -> Path | None:

@@ -12,7 +12,9 @@
 A root this process cannot write is read-only (``cache.read_only``): it is read, never
 locked or written; ``Cache(rw, read_from=ro)`` reads ``ro`` where ``rw`` has no entry.
 
-The codec (codec.py) is the one pickle-free format of node values and request results.
+The codec (codec.py) is the one pickle-free format of node values and request results;
+files.py holds the rules every file obeys (atomic writes, no links followed, temporaries
+swept); deep.py the ``verify --deep`` recomputation.
 ``run()``, the CLI and the demo build a ``Cache`` the same way: ``Cache(dir)`` (``None``:
 ``$EVALDAG_CACHE_DIR`` or the user cache dir), and ``run(..., cache=...)`` builds the
 executor on ``cache.requests`` itself.
@@ -26,15 +28,16 @@ from pathlib import Path
 
 from .codec import CorruptEntry, CorruptEntryWarning, EncodeError
 from .filehash import FileHashMemo, file_sha256
-from .files import atomic_write, default_cache_dir
+from .files import CacheWriteError, LinkWarning, atomic_write, default_cache_dir, sweep_temps
 from .history import History
 from .nodes import Entry, NodeStore
-from .requests import RequestStore
+from .requests import DamagedDatabaseWarning, RequestStore
 from .safety import MARKER, NotACache, ReadOnlyCache, clear_entries, require_marker, writable, write_marker
 
 __all__ = [
-    "MARKER", "Cache", "CorruptEntry", "CorruptEntryWarning", "EncodeError", "Entry", "FileHashMemo", "History",
-    "NodeStore", "NotACache", "ReadOnlyCache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+    "MARKER", "Cache", "CacheWriteError", "CorruptEntry", "CorruptEntryWarning", "DamagedDatabaseWarning",
+    "EncodeError", "Entry", "FileHashMemo", "History", "LinkWarning", "NodeStore", "NotACache", "ReadOnlyCache",
+    "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
 ]
 
 
@@ -63,6 +66,10 @@ class Cache:
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
 
+    def sweep(self) -> int:
+        """Remove temporaries a killed writer left (older than a write can take); run() calls it."""
+        return 0 if self.read_only else sweep_temps(self.root)
+
     def info(self) -> dict:
         files = list(self.nodes.entries())
         req = self.requests.path
@@ -75,8 +82,19 @@ class Cache:
         }
 
     def verify(self) -> list[str]:
-        """Paths of node entries that fail their checks (left in place)."""
-        return self.nodes.verify()
+        """``"path: why"`` for each node entry that fails its checks, and for a damaged request database."""
+        return self.nodes.verify() + self.requests.check()
+
+    def repair(self) -> list[str]:
+        """Delete failing node entries; move a damaged request database aside (rebuilt empty)."""
+        done = []
+        for fp in [p.stem for p in self.nodes.entries()]:
+            if self.nodes.get(fp) is None:
+                done.append(f"removed {self.nodes.path(fp)}")
+        bad = self.requests.check()
+        if bad:
+            done.append(f"moved {self.requests.path} to {self.requests.recover(bad[0])}")
+        return done
 
     def mark(self) -> None:
         """Write the root marker (``run()`` does, before it stores anything)."""
@@ -92,9 +110,10 @@ class Cache:
                                 f"--cache-read-from {self.root}")
 
     def prune(self, older_than_seconds: float) -> int:
-        """Delete node entries and request results not used for ``older_than_seconds`` (a marked root only)."""
+        """Delete entries and request results not used for ``older_than_seconds``, and old temporaries (a marked root only)."""
         require_marker(self.root)
         cutoff = time.time() - older_than_seconds
+        self.sweep()
         n = self.nodes.prune(cutoff)
         if self.requests.path.exists():
             n += self.requests.prune(cutoff)
@@ -103,7 +122,8 @@ class Cache:
     def clear(self) -> tuple[int, list[Path]]:
         """Remove every entry the cache wrote; a root without the marker raises :class:`NotACache`.
 
-        Returns (files removed, paths left: whatever else the folder held, untouched).
+        Returns (files removed, paths left: whatever else the folder held, untouched). Links
+        are never followed (safety.py).
         """
         self.requests.close()
         return clear_entries(self.root)

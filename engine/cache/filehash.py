@@ -25,7 +25,7 @@ from typing import Iterator
 
 from filelock import FileLock
 
-from .files import atomic_write
+from .files import atomic_write, inside
 
 INDEX = "filehash.json"
 MAX_BYTES = 16 << 20
@@ -48,7 +48,8 @@ class FileHashMemo:
     """``realpath -> {dev, ino, size, mtime_ns, ctime_ns, sha256}`` in ``<root>/filehash.json``."""
 
     def __init__(self, root: str | os.PathLike, rehash: bool = False, read_only: bool = False):
-        self.path = Path(root) / INDEX
+        self.root = Path(root)
+        self.path = self.root / INDEX
         self.rehash = rehash
         self.read_only = read_only  # a read-only cache: records are read, new ones are not kept
         self.hashed: list[str] = []  # files read and hashed by this memo (tests, statistics)
@@ -77,6 +78,7 @@ class FileHashMemo:
 
     def _read(self) -> dict:
         try:
+            inside(self.root, self.path)
             if self.path.stat().st_size > MAX_BYTES:
                 return {}
             data = json.loads(self.path.read_text())
@@ -92,7 +94,7 @@ class FileHashMemo:
             with FileLock(str(self.path) + ".lock", timeout=30):
                 index = self._read()
                 index[real] = rec
-                atomic_write(self.path, json.dumps(index, sort_keys=True).encode())
+                atomic_write(self.path, json.dumps(index, sort_keys=True).encode(), root=self.root)
         except Exception as e:  # noqa: BLE001 - a memo that cannot be written is not an error
             warnings.warn(f"file-hash memo {self.path} not updated: {e}", stacklevel=3)
 

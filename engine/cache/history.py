@@ -1,7 +1,8 @@
 """Run history: the fingerprint components each node slot had last time (for recompute reasons).
 
 ``history/<sha(name)>.json`` per slot (a display name, or a child's slot + access key).
-A missing, unreadable or malformed file reads as "no history" (the reason becomes ``new``).
+A missing, unreadable, oversized, malformed or linked file reads as "no history" (the
+reason becomes ``new``); nothing is written through a link.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ import hashlib
 import json
 from pathlib import Path
 
-from .files import atomic_write
+from .files import LinkRefused, atomic_write, inside, refuse
 
 MAX_BYTES = 1 << 20  # a history file is a few KB; a larger one is damaged or hostile
 
 
 class History:
     def __init__(self, root: Path, read_only: bool = False):
-        self.dir = Path(root) / "history"
+        self.root = Path(root)
+        self.dir = self.root / "history"
         self.read_only = read_only  # a read-only cache keeps the history it has
 
     def path(self, name: str) -> Path:
@@ -26,6 +28,7 @@ class History:
     def last(self, name: str) -> dict | None:
         p = self.path(name)
         try:
+            inside(self.root, p)
             if p.stat().st_size > MAX_BYTES:
                 return None
             data = json.loads(p.read_text())
@@ -36,4 +39,7 @@ class History:
     def remember(self, name: str, components: dict) -> None:
         if self.read_only:
             return
-        atomic_write(self.path(name), json.dumps(components, sort_keys=True).encode())
+        try:
+            atomic_write(self.path(name), json.dumps(components, sort_keys=True).encode(), root=self.root)
+        except LinkRefused as e:
+            refuse(e, "writing run history")

@@ -7,8 +7,12 @@ Layout under the cache root::
 
 Every entry is one safetensors file written to a temp file and renamed into place, so
 a reader sees a whole entry or none. Its ``__metadata__`` carries a sha256 over the
-skeleton, the metadata and every array; a mismatch or a truncated file is reported,
-the entry discarded and the node recomputed. Nothing is ever unpickled.
+skeleton, the metadata and every array. On every read the entry must also be what its
+name says: the fingerprint recorded inside equals the one asked for (an entry copied to
+another node's path is refused), the metric name equals the asking node's, and the
+value's type equals the recorded one. Any mismatch, a bad checksum or a truncated file
+is reported, the entry discarded and the node recomputed. Nothing is ever unpickled.
+Links below the root are never followed (see files.py).
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from typing import Any, Iterator
 from filelock import FileLock, Timeout
 
 from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
-from .files import atomic_write
+from .files import LinkRefused, atomic_write, inside, is_temp, refuse, walk_files
 from .safety import ReadOnlyCache
+
+MAX_ENTRY_BYTES = 8 << 30  # larger than any node value; a bigger file is not ours
 
 
 @dataclass
@@ -50,6 +56,17 @@ class NoLock:
         pass
 
 
+def check_entry(fp: str, value: Any, meta: dict, where: str, metric: str | None = None) -> None:
+    """Raise :class:`CorruptEntry` unless the entry is what ``fp`` (and ``metric``) name."""
+    if meta.get("fingerprint") != fp:
+        raise CorruptEntry(f"{where}: holds fingerprint {str(meta.get('fingerprint'))[:16]}…, not {fp[:16]}… (misplaced)")
+    if metric is not None and meta.get("metric") not in (None, metric):
+        raise CorruptEntry(f"{where}: holds metric {meta.get('metric')!r}, not {metric!r}")
+    vt = meta.get("value_type")
+    if vt is not None and type(value).__name__ != vt:
+        raise CorruptEntry(f"{where}: value is a {type(value).__name__}, recorded as {vt}")
+
+
 class NodeStore:
     """Content-addressed node store under ``root`` (created on first write)."""
 
@@ -67,7 +84,9 @@ class NodeStore:
         if self.read_only:  # nothing is written, so nothing to guard; and no lock file can be made
             return NoLock()
         p = self.root / "locks" / fp[:2] / f"{fp}.lock"
+        inside(self.root, p)
         p.parent.mkdir(parents=True, exist_ok=True)
+        inside(self.root, p)
         return FileLock(str(p))
 
     def try_lock(self, fp: str) -> "FileLock | NoLock | None":
@@ -83,52 +102,64 @@ class NodeStore:
     def has(self, fp: str) -> bool:
         return self.path(fp).exists() or (self.under is not None and self.under.has(fp))
 
-    def get(self, fp: str) -> Entry | None:
-        """The entry, or None if absent. A corrupt entry is warned about and deleted."""
+    def read(self, fp: str, metric: str | None = None) -> Entry:
+        """The entry; :class:`CorruptEntry` if it fails any check, FileNotFoundError if absent."""
         p = self.path(fp)
+        inside(self.root, p)
+        if p.stat().st_size > MAX_ENTRY_BYTES:
+            raise CorruptEntry(f"{p}: {p.stat().st_size} bytes, larger than any entry")
+        value, meta = unpack(p.read_bytes(), where=str(p))
+        check_entry(fp, value, meta, str(p), metric)
+        return Entry(fp, value, meta)
+
+    def get(self, fp: str, metric: str | None = None) -> Entry | None:
+        """The entry, or None if absent. A corrupt or misplaced entry is warned about and deleted."""
         try:
-            data = p.read_bytes()
+            return self.read(fp, metric)
         except FileNotFoundError:
-            return self.under.get(fp) if self.under is not None else None
-        try:
-            value, meta = unpack(data, where=str(p))
+            return self.under.get(fp, metric) if self.under is not None else None
+        except LinkRefused as e:
+            refuse(e, f"reading node {fp[:16]}")
+            return None
         except CorruptEntry as e:
             warnings.warn(f"corrupt cache entry discarded, will recompute: {e}", CorruptEntryWarning, stacklevel=2)
             self.corrupt.append(fp)
             try:
-                p.unlink()
+                self.path(fp).unlink()
             except OSError:  # gone already, or a read-only cache: left in place
                 pass
             return None
-        return Entry(fp, value, meta)
 
     def put(self, fp: str, value: Any, meta: dict) -> None:
         if self.read_only:
             raise ReadOnlyCache(f"the cache {self.root} is read-only: cannot store {meta.get('node', fp[:12])}")
-        meta = {**meta, "fingerprint": fp, "written_at": time.time()}
-        atomic_write(self.path(fp), pack(value, meta))
+        meta = {**meta, "fingerprint": fp, "value_type": type(value).__name__, "written_at": time.time()}
+        try:
+            atomic_write(self.path(fp), pack(value, meta), root=self.root)
+        except LinkRefused as e:
+            refuse(e, f"writing node {fp[:16]}")
 
     def touch(self, fp: str) -> None:
         try:
-            os.utime(self.path(fp))
-        except OSError:  # gone, or a read-only cache
+            os.utime(inside(self.root, self.path(fp)), follow_symlinks=False)
+        except (OSError, LinkRefused):  # gone, a link, or a read-only cache
             pass
 
     # ------------------------------------------------------------------ maintenance
     def entries(self) -> Iterator[Path]:
-        """The node files; a symbolic link (file or folder) is not an entry, so prune never follows one."""
-        objects = self.root / "objects"
-        if objects.exists() and not objects.is_symlink():
-            yield from sorted(p for p in objects.glob("*/*.safetensors") if not p.is_symlink() and not p.parent.is_symlink())
+        """Entry files: never temporaries, never a symbolic link (file or folder), so prune never follows one."""
+        for p in walk_files(self.root, self.root / "objects"):
+            if p.suffix == ".safetensors" and not is_temp(p) and p.parent.parent == self.root / "objects":
+                yield p
 
     def verify(self) -> list[str]:
-        """Check every entry's checksum; returns the paths that failed (left in place)."""
+        """Check every entry (checksum, name, type); returns ``"path: why"`` for each failure (left in place)."""
         bad = []
         for p in self.entries():
             try:
-                unpack(p.read_bytes(), where=str(p))
-            except CorruptEntry:
-                bad.append(str(p))
+                self.read(p.stem)
+            except (CorruptEntry, OSError) as e:
+                bad.append(str(e) if str(p) in str(e) else f"{p}: {e}")
         return bad
 
     def find(self, prefix: str) -> list[str]:
@@ -138,7 +169,7 @@ class NodeStore:
         """Delete entries not read or written since ``cutoff`` (a time.time() value)."""
         n = 0
         for p in self.entries():
-            st = p.stat()
+            st = p.lstat()
             if max(st.st_mtime, st.st_atime) < cutoff:
                 p.unlink()
                 n += 1

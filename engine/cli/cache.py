@@ -8,6 +8,7 @@ import re
 import sys
 
 from ..cache import Cache, NotACache
+from ..cache.deep import verify_deep
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.add_argument("--cache-dir", default=None)
     c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
     c.add_argument("--yes", action="store_true", help="for clear: do not ask")
+    c.add_argument("--deep", action="store_true", help="for verify: also recompute a sample of entries and compare")
+    c.add_argument("--sample", type=int, default=50, help="for verify --deep: how many entries to recompute")
+    c.add_argument("--repair", action="store_true", help="for verify: remove bad entries, rebuild a damaged request database")
     return c
 
 
@@ -34,6 +38,26 @@ def clear(args: argparse.Namespace, cache: Cache) -> int:
         shown = ", ".join(str(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         print(f"left {len(left)} paths the cache did not write: {shown}")
     return 0
+
+
+def verify(cache: Cache, args: argparse.Namespace) -> int:
+    """Checksums, names and types of every entry and the request database; ``--deep`` recomputes a sample."""
+    bad = cache.verify()
+    for b in bad:
+        print(f"corrupt: {b}")
+    print(f"{len(list(cache.nodes.entries()))} entries, {len(bad)} corrupt")
+    if args.repair and bad:
+        for line in cache.repair():
+            print(line)
+    differ = []
+    if args.deep:
+        rep = verify_deep(cache.nodes, sample=args.sample)
+        differ = rep.differ
+        for d in differ:
+            print(f"differs: {d}")
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(rep.not_checkable.items()))
+        print(f"deep: {rep.checked} recomputed, {len(differ)} differ" + (f"; not checkable here: {skipped}" if skipped else ""))
+    return 1 if (bad and not args.repair) or differ else 0
 
 
 def duration(text: str) -> float:
@@ -66,11 +90,7 @@ def _action(args: argparse.Namespace, cache: Cache) -> int:
             raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
         return explain(store, args.fingerprint)
     elif args.action == "verify":
-        bad = cache.verify()
-        for b in bad:
-            print(f"corrupt: {b}")
-        print(f"{len(list(store.entries()))} entries, {len(bad)} corrupt")
-        return 1 if bad else 0
+        return verify(cache, args)
     elif args.action == "clear":
         return clear(args, cache)
     elif args.action == "prune":

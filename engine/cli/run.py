@@ -10,11 +10,11 @@ from pathlib import Path
 import pydantic
 
 from ..benchmark import BENCHMARKS, Benchmark, positive_int, write_report_html
-from ..cache import Cache
+from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
 from ..graph import GraphError
-from ..outputs import print_run, write
+from ..outputs import print_failures, print_run, write
 from ..resources import MissingResource
 from ..run import run
 from .sweep import expand_models, folder_names
@@ -37,7 +37,10 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                         "again for every request, replacing the cached answers; all: also re-hash the model files")
     r.add_argument("--force", dest="refresh", action="store_const", const="nodes", help="the same as --refresh nodes")
     r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
-    r.add_argument("--quiet", action="store_true", help="print only errors")
+    r.add_argument("--quiet", action="store_true", help="print only errors (failures always print)")
+    r.add_argument("--rehash", action="store_true", help="hash model files again, ignoring the cache's file-hash memo")
+    r.add_argument("--deterministic", action="store_true",
+                   help="run every model request alone, in a fixed order: slow, values independent of batching")
     launch.add_arguments(r)
     for b in benches:
         b.add_arguments(r)
@@ -133,15 +136,16 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        cache = Cache(args.cache_dir, rehash=args.refresh == "all", read_from=args.cache_read_from)
-        executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens)
+        cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
+        executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens,
+                            deterministic=args.deterministic)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
             nodes, cache, executor = prepare(group, nodes, resources, cache, progress=args.progress,
-                                             batch_tokens=args.batch_tokens)
+                                             batch_tokens=args.batch_tokens, deterministic=args.deterministic)
         executor.refresh = args.refresh in ("requests", "all")
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
-                     force=args.refresh is not None)
-    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:
+                     force=args.refresh is not None, deterministic=args.deterministic)
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
@@ -149,11 +153,17 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
     done = launch.finish(group, result)  # only rank 0 writes the outputs
     if done is not None:
         return done
-    write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches], refresh=args.refresh)
-    for b, cfg in zip(benches, cfgs):  # a benchmark may write its own files too (WEAT: {query: {metric: fields}})
-        b.write_outputs(result, out, cfg)
-    if report:
-        write_report_html([out], out / "report.html")
+    # a benchmark may write its own files too (WEAT: {query: {metric: fields}}); all are one set
+    also = [lambda res, folder, b=b, cfg=cfg: b.write_outputs(res, folder, cfg) for b, cfg in zip(benches, cfgs)]
+    try:
+        write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches], refresh=args.refresh, also=also)
+        if report:
+            write_report_html([out], out / "report.html")
+    except CacheWriteError as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
     if not args.quiet:
         print_run(result, out)
+    else:  # failures always print, whatever the verbosity
+        print_failures(result, sys.stderr)
     return 0 if result.ok else 1

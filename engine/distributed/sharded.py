@@ -88,7 +88,7 @@ class ReadOnlyRequests:
     def get_many(self, model_fp: str, keys: Iterable[str]) -> dict[str, object]:
         return self._cache.get_many(model_fp, keys)
 
-    def put_many(self, model_fp: str, items: Iterable[tuple[str, str, object]]) -> None:
+    def put_many(self, model_fp: str, items: Iterable[tuple[str, str, object]], meta: dict | None = None) -> None:
         pass
 
 
@@ -174,7 +174,7 @@ class ShardedExecutor(Executor):
             results.update(got)
             others.extend((key, kind, res) for key, res in got.items())
         if self.cache is not None and others:
-            self.cache.put_many(fp, others)  # rank 0 only; the others hold a read-only view
+            self.cache.put_many(self._store_keys[fp], others)  # rank 0 only; the others hold a read-only view
         self.stats.gather_seconds += time.perf_counter() - t0
         if errors:
             raise RuntimeError(f"{kind} requests failed on " + "; ".join(errors))
@@ -190,8 +190,8 @@ class RankStore:
         self.corrupt = store.corrupt
         self._entries = dict(entries)
 
-    def get(self, fp: str) -> Entry | None:
-        return self._entries.get(fp)
+    def get(self, fp: str, metric: str | None = None) -> Entry | None:
+        return self._entries.get(fp)  # checked (fingerprint, metric, type) when read from disk in prepare()
 
     def put(self, fp: str, value: Any, meta: dict) -> None:
         if self.writer:
@@ -227,7 +227,7 @@ def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, **executor_o
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     with cache.filehash.active():  # model files are hashed through this cache's memo
-        graph.fingerprint(rs)
+        graph.fingerprint(rs, execution="deterministic" if executor_options.get("deterministic") else None)
     order = graph.order()
     group.check_plan({v.fingerprint: v.label for v in order})
     fps = list(dict.fromkeys(v.fingerprint for v in order))

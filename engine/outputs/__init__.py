@@ -1,7 +1,7 @@
-"""What a run writes: ``<GROUP>_EVAL.json``, ``<GROUP>_SUMMARY.json``, ``run.json`` (files.py)
-and the plain-text summary printed to the terminal (terminal.py)."""
+"""What a run writes: ``<GROUP>_EVAL.json``, ``<GROUP>_SUMMARY.json``, ``run.json`` as one set
+(files.py) and the plain-text summary printed to the terminal (terminal.py)."""
 
-from .files import jsonable, node_names, read_json, run_json, write
-from .terminal import fmt, print_run
+from .files import jsonable, node_names, publish, read_json, run_json, staged, write
+from .terminal import fmt, print_failures, print_run
 
-__all__ = ["fmt", "jsonable", "node_names", "print_run", "read_json", "run_json", "write"]
+__all__ = ["fmt", "jsonable", "node_names", "print_failures", "print_run", "publish", "read_json", "run_json", "staged", "write"]

@@ -1,7 +1,11 @@
 """Writing a run's files: ``<BENCH>_EVAL.json``, ``<BENCH>_SUMMARY.json`` and ``run.json``.
 
 The EVAL and SUMMARY files use open-unlearning's shapes and metric names, so either
-tool can read the other's files (e.g. as retain logs). ``run.json`` is read by other
+tool can read the other's files (e.g. as retain logs). A run's files are one set: they
+are written into a fresh temp folder inside ``out`` and only then renamed into place,
+under a lock on ``out``, run.json last. A reader sees the old set or the new one; a full
+disk leaves the old set as it was (and no temp files); two runs writing one ``out`` at
+once both finish, and the set is one run's. ``run.json`` is read by other
 tools (the renderers, ``evaldag report``); its keys are stable::
 
     {"nodes": {name: {"fingerprint", "status", "seconds", "reason"}},
@@ -12,14 +16,22 @@ tools (the renderers, ``evaldag report``); its keys are stable::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+from filelock import FileLock
 
+from ..cache.files import TMP_PREFIX, CacheWriteError, write_error
 from ..results import Result, RunResult
+
+LOCK = ".evaldag-out.lock"
+Extra = Callable[[RunResult, Path], Any]  # writes more files of the set into the folder it is given
 
 
 def jsonable(x: Any) -> Any:
@@ -38,9 +50,7 @@ def jsonable(x: Any) -> Any:
 
 
 def _dump(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True))
-    os.replace(tmp, path)
+    path.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True))
 
 
 def node_names(result: RunResult) -> dict[str, str]:
@@ -84,15 +94,24 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = (), refresh: str | N
 
 
 def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None,
-          benchmarks: Sequence[str] = (), refresh: str | None = None) -> list[Path]:
-    """Write the EVAL/SUMMARY pair per benchmark group, and run.json (which records benchmarks).
+          benchmarks: Sequence[str] = (), refresh: str | None = None, also: Sequence[Extra] = ()) -> list[Path]:
+    """Write the EVAL/SUMMARY pair per benchmark group, run.json (which records benchmarks)
+    and what each of ``also`` writes into the folder it is given, as one set.
 
     Named nodes without a group (a user's own metric added to a benchmark's graph) get
     their own pair, named after the run: ``<BENCH>_`` from ``bench``, or ``RUN_`` when
     ``bench`` is not given or is already a group's name.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with staged(out) as stage:
+        names = [p.name for p in _write_files(result, stage, bench, benchmarks, refresh)]
+        for extra in also:
+            extra(result, stage)
+        names += sorted(p.name for p in stage.iterdir() if p.name not in names)
+    return [out / n for n in names]
+
+
+def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Sequence[str], refresh: str | None) -> list[Path]:
     written = []
     grouped = [g for g in result.graph.groups if g is not None]
     run_name = "RUN" if not bench or bench.upper() in {g.upper() for g in grouped} else bench.upper()
@@ -106,6 +125,40 @@ def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = Non
     _dump(out / "run.json", run_json(result, benchmarks, refresh))
     written.append(out / "run.json")
     return written
+
+
+@contextlib.contextmanager
+def staged(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """A fresh temp folder inside ``out_dir``; its files are published into ``out_dir`` on exit.
+
+    Nothing is published if the block raises. Any OSError (a full disk) becomes one
+    :class:`CacheWriteError` line naming the folder; the temp folder is always removed.
+    """
+    out = Path(out_dir)
+    stage = None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=TMP_PREFIX + "out-"))
+        yield stage
+        publish(stage, out)
+    except CacheWriteError:
+        raise
+    except OSError as e:
+        raise write_error(out, e) from e
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish(stage: Path, out: Path) -> None:
+    """fsync every staged file, then rename each into ``out`` (run.json last) under ``out``'s lock."""
+    files = sorted((p for p in stage.iterdir() if p.is_file()), key=lambda p: (p.name == "run.json", p.name))
+    for p in files:
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+    with FileLock(str(out / LOCK), timeout=600):
+        for p in files:
+            os.replace(p, out / p.name)
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from ..results import Result, RunResult
 
@@ -44,8 +46,7 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
     )
     for line in truncation_warnings(result):
         print(line)
-    for rec in result.failures():
-        print(f"FAILED {rec.name}:\n{rec.error}")
+    print_failures(result, sys.stdout)
     if out is not None:
         print(f"wrote {out}/")
 
@@ -66,3 +67,14 @@ def truncation_warnings(result: RunResult) -> list[str]:
             lines.append(f"warning: {g + '/' if g else ''}{name}: {len(cut)} items truncated to the model's context "
                          f"(up to {max(cut)} tokens cut); see value_by_index[...].truncated_tokens{where}")
     return lines
+
+
+def print_failures(result: RunResult, file: TextIO | None = None) -> None:
+    """One line per failed node, root cause first, then its traceback (indented).
+
+    The CLI prints these whatever the verbosity (with ``--quiet``, to stderr).
+    """
+    file = file or sys.stderr
+    for rec in result.failures():
+        print(f"FAILED {rec.name}: {rec.problem}", file=file)
+        print("\n".join("    " + line for line in rec.error.rstrip().splitlines()), file=file)

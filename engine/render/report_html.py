@@ -16,6 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
+from ..cache import atomic_write
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
@@ -275,8 +276,5 @@ def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.Path
     """Write ``report.html`` for ``out_dirs`` (atomically) and return its path."""
     html_text = build_report_html(list(out_dirs), title=title, plugins=plugins)
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    tmp.write_text(html_text, encoding="utf-8")
-    os.replace(tmp, dest)
+    atomic_write(dest, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
     return dest
