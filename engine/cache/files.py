@@ -28,7 +28,13 @@ os.umask(_UMASK)
 
 
 class CacheWriteError(OSError):
-    """A cache or output file could not be written (full disk, read-only, permissions)."""
+    """A cache or output file could not be written (full disk, read-only, permissions).
+
+    Its text is one line: ``cannot write PATH: WHY (N bytes needed)``.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class LinkRefused(OSError):

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
-from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
+from .codec import MAX_HEADER_BYTES, CorruptEntry, CorruptEntryWarning, pack, unpack
 from .files import LinkRefused, atomic_write, inside, is_temp, refuse, walk_files
 from .safety import ReadOnlyCache
 
@@ -65,6 +65,19 @@ def check_entry(fp: str, value: Any, meta: dict, where: str, metric: str | None 
     vt = meta.get("value_type")
     if vt is not None and type(value).__name__ != vt:
         raise CorruptEntry(f"{where}: value is a {type(value).__name__}, recorded as {vt}")
+
+
+def read_checked(p: Path) -> bytes:
+    """The file's bytes, after checking its size and header length claim (nothing hostile is allocated)."""
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_ENTRY_BYTES:
+            raise CorruptEntry(f"{p}: {size} bytes, larger than any entry")
+        head = f.read(8)
+        claimed = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < claimed <= min(MAX_HEADER_BYTES, size - 8):
+            raise CorruptEntry(f"{p}: unreadable (header length {claimed} does not fit the {size}-byte file)")
+        return head + f.read()
 
 
 class NodeStore:
@@ -106,9 +119,7 @@ class NodeStore:
         """The entry; :class:`CorruptEntry` if it fails any check, FileNotFoundError if absent."""
         p = self.path(fp)
         inside(self.root, p)
-        if p.stat().st_size > MAX_ENTRY_BYTES:
-            raise CorruptEntry(f"{p}: {p.stat().st_size} bytes, larger than any entry")
-        value, meta = unpack(p.read_bytes(), where=str(p))
+        value, meta = unpack(read_checked(p), where=str(p))
         check_entry(fp, value, meta, str(p), metric)
         return Entry(fp, value, meta)
 
