@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import time
-import types
 import warnings
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from evaldag.engine.cache.codec import pack, unpack
 from evaldag.engine.executor import Executor
 
 from .golden_runs import FIX, TINY
+from .test_cli import third_party  # noqa: F401 - the third-party benchmark fixture
 
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 
@@ -179,20 +179,13 @@ def test_four_concurrent_writers_of_one_out_folder(tmp_path):
     assert summary["toy_probability"] == json.loads((out / "TOY_EVAL.json").read_text())["toy_probability"]["agg_value"]
 
 
-def test_quiet_still_prints_failures_root_cause_first(tmp_path, monkeypatch, capsys):
-    @metric("trust_fails", version="1", register=False)
-    def fails():
-        raise RuntimeError("this metric always fails")
-
-    mod = types.ModuleType("trust_failing_bench")
-    mod.add_arguments = lambda parser: None
-    mod.build = lambda args: ([fails(name="bad", group="F")], {})
-    monkeypatch.setitem(sys.modules, "trust_failing_bench", mod)
-    monkeypatch.setitem(cli.BENCHMARKS, "trust_failing", "trust_failing_bench")
-    code = cli.main(["run", "trust_failing", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")])
-    captured = capsys.readouterr()
-    assert code == 1 and captured.out == ""
-    assert captured.err.splitlines()[0] == "FAILED bad: RuntimeError: this metric always fails"
+def test_quiet_still_prints_failures_root_cause_first(third_party, tmp_path):
+    cmd = [EVALDAG, "run", "thirdbench", "--metrics", "count,fails", "--quiet", "--out", str(tmp_path / "o"),
+           "--cache-dir", str(tmp_path / "c")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=third_party)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[0] == "FAILED fails: RuntimeError: this metric always fails"
+    assert "Traceback" in done.stderr  # the traceback follows, indented
 
 
 def test_request_results_are_keyed_by_device_and_execution_mode(tmp_path):
