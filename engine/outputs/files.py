@@ -3,7 +3,7 @@
 The EVAL and SUMMARY files use open-unlearning's shapes and metric names, so either
 tool can read the other's files (e.g. as retain logs). A run's files are one set: they
 are written into a fresh temp folder inside ``out`` and only then renamed into place,
-under a lock on ``out``, run.json last. A reader sees the old set or the new one; a full
+under a lock on the ``out`` folder, run.json last. A reader sees the old set or the new one; a full
 disk leaves the old set as it was (and no temp files); two runs writing one ``out`` at
 once both finish, and the set is one run's. ``run.json`` is read by other
 tools (the renderers, ``evaldag report``); its keys are stable::
@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from filelock import FileLock
 
 from ..cache.files import TMP_PREFIX, CacheWriteError, write_error
 from ..results import Result, RunResult
 
-LOCK = ".evaldag-out.lock"
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 Extra = Callable[[RunResult, Path], Any]  # writes more files of the set into the folder it is given
 
 
@@ -156,9 +159,23 @@ def publish(stage: Path, out: Path) -> None:
     for p in files:
         with open(p, "rb") as f:
             os.fsync(f.fileno())
-    with FileLock(str(out / LOCK), timeout=600):
+    with _locked(out):
         for p in files:
             os.replace(p, out / p.name)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the folder itself (flock on its descriptor): no lock file is left behind."""
+    if fcntl is None:  # not POSIX: publishing is not serialised (each rename is still atomic)
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -170,6 +170,7 @@ class Campaign:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA wal_autocheckpoint=0")
             conn.execute("UPDATE results SET written = written")
+            conn.commit()
             shutil.copyfile(wal, wal.with_name("wal.copy"))
             conn.close()
             os.replace(wal.with_name("wal.copy"), wal)
@@ -198,7 +199,8 @@ class Campaign:
             mnt = d / "tmpfs"
             mnt.mkdir()
             cache, out = (mnt / "cache", d / "out") if where == "cache" else (d / "cache", mnt / "out")
-            mounted = root and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)]).returncode == 0
+            size = 64 << 10 if where == "cache" else _bytes(self.out0) + (16 << 10)  # the old set fits, a new one not
+            mounted = root and subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)]).returncode == 0
             if where == "out":
                 shutil.copytree(self.cache0, cache)
                 if mounted:
@@ -232,7 +234,7 @@ class Campaign:
         for name, make in entries.items():
             d = self.trial_dir()
             cache = self.warm_copy(d)
-            for p in self.rng.sample(sorted((cache / "objects").glob("*/*.safetensors")), 3):
+            for p in self.rng.sample(sorted((cache / "objects").glob("*/*.safetensors")), 1 if "MB" in name else 3):
                 p.write_bytes(make())
             proc = evaldag(argv(self.target, d / "out", cache))
             self.classify(f"hostile entry: {name}", proc, outputs(d / "out"), self.want)
@@ -270,7 +272,7 @@ class Campaign:
         proc = evaldag([EVALDAG, "cache", "verify", "--deep", "--sample", "1000", "--cache-dir", str(cache)])
         caught = proc.returncode == 1 and f"differs: {forged}" in proc.stdout
         self.classify("forged entry (verify --deep)", subprocess.CompletedProcess([], 1 if caught else 0, "", ""),
-                      None, None, "" if caught else f"not caught: {proc.stdout[-300:]!r}")
+                      ("forged",), None, "" if caught else f"not caught: {proc.stdout[-300:]!r}")
         # 17.3: prune with a link to outside; 17.4: an orphan temp file
         d = self.trial_dir()
         cache = self.warm_copy(d)
@@ -304,6 +306,10 @@ class Campaign:
         for kind, row in self.rows.items():
             lines.append(f"{kind:{w}s}" + "".join(f"{x:16d}" for x in row))
         return "\n".join(lines + [""] + self.notes)
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def _patched_disk(where: str) -> str:
