@@ -136,8 +136,10 @@ def test_links_inside_the_cache_are_never_followed(tmp_path):
         again = run([double(name="d"), _scored()], {"model": ToyModel(), "data": [{"t": "ab"}]}, cache_dir=cache)
     assert again["d"].agg_value == 4.0 and again.ok
     assert sorted(p.name for p in outside.iterdir()) == ["empty.db", "model.safetensors"] and empty.read_bytes() == b""
-    cli.main(["cache", "clear", "--yes", "--cache-dir", str(cache)])
-    assert precious.read_bytes() == b"weights" and not cache.exists()
+    assert cli.main(["cache", "clear", "--yes", "--cache-dir", str(cache)]) == 0
+    assert precious.read_bytes() == b"weights" and empty.read_bytes() == b""
+    assert sorted(p.name for p in outside.iterdir()) == ["empty.db", "model.safetensors"]
+    assert not list((cache / "history").glob("*.json"))  # the cache's own files went; the links stay, unfollowed
 
 
 def _scored():
@@ -170,7 +172,7 @@ def test_orphan_temporaries_are_not_entries_and_are_swept(tmp_path, capsys):
 
 def test_four_concurrent_writers_of_one_out_folder(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    cmd = [EVALDAG, "run", "--quiet", "--out", str(out), "--cache-dir", str(cache)]
+    cmd = [EVALDAG, "run", "toy", "--quiet", "--out", str(out), "--cache-dir", str(cache)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert [code for code, _ in results] == [0, 0, 0, 0], results

@@ -82,7 +82,7 @@ def _full_disk_after(monkeypatch, n_writes):
 def test_a_full_cache_disk_stops_with_one_line_and_the_rerun_resumes(tmp_path, monkeypatch, capsys):
     clean = _values(_baseline(tmp_path / "clean"))
     cache, out = tmp_path / "cache", tmp_path / "out"
-    argv = ["run", "--quiet", "--out", str(out), "--cache-dir", str(cache)]
+    argv = ["run", "toy", "--quiet", "--out", str(out), "--cache-dir", str(cache)]
     with monkeypatch.context() as m:
         _full_disk_after(m, 3)
         assert cli.main(argv) == 2
@@ -103,7 +103,7 @@ def test_a_full_out_disk_keeps_the_old_set_and_no_temporaries(tmp_path, monkeypa
     from evaldag.engine.outputs import files as out_files
 
     out = tmp_path / "out"
-    argv = ["run", "--quiet", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    argv = ["run", "toy", "--quiet", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     assert cli.main(argv) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     real = out_files._dump
@@ -181,6 +181,6 @@ def test_a_full_request_database_names_the_root_cause(tmp_path, monkeypatch, cap
         return conn
 
     monkeypatch.setattr(RequestStore, "_open", small)
-    assert cli.main(["run", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert cli.main(["run", "toy", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"evaldag: error: cannot write {tmp_path / 'c' / 'requests.sqlite'}: database or disk is full"]
