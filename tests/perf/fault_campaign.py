@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 METRICS = "forget_Q_A_Prob,forget_truth_ratio,forget_quality,forget_Q_A_ROUGE,model_utility,privleak,extraction_strength"
+DRIFT = 2e-5  # the largest batch-shape drift measured (docs/cache.md): beyond it a difference is a wrong number
 COLUMNS = ("trials", "recovered", "failed clearly", "crashed", "wrong numbers")
 
 
@@ -61,6 +62,19 @@ def evaldag(cmd: list[str], timeout: float = 900, prelude: str = "") -> subproce
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
         return subprocess.CompletedProcess(cmd, -999, "", f"timeout: {e}")
+
+
+def drift(a, b) -> float:
+    """Largest relative difference between two JSON values of the same shape (inf if shapes differ)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return max((drift(a[k], b[k]) for k in a), default=0.0) if a.keys() == b.keys() else float("inf")
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return max((drift(x, y) for x, y in zip(a, b)), default=0.0) if len(a) == len(b) else float("inf")
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        if a == b or (a != a and b != b):
+            return 0.0
+        return abs(a - b) / max(abs(a), abs(b))
+    return 0.0 if a == b else float("inf")
 
 
 def outputs(out: Path) -> tuple | None:
@@ -257,7 +271,11 @@ class Campaign:
         shutil.copyfile(FIX / "tiny-llama" / "retain" / "model.safetensors", w)
         os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
         proc = evaldag(argv(model, d / "out", cache))
-        self.classify("swapped checkpoint, mtime set back", proc, outputs(d / "out"), self.want_retain)
+        # the retain model's numbers; its nodes were first computed beside the target's requests in the
+        # first run, so values may differ from the retain-only baseline by batch-shape drift (docs/cache.md)
+        got, worst = outputs(d / "out"), drift(outputs(d / "out"), self.want_retain)
+        self.classify("swapped checkpoint, mtime set back", proc, self.want_retain if worst <= DRIFT else got, self.want_retain,
+                      f"retain's numbers up to batch drift, max relative difference {worst:.1e}" if 0 < worst <= DRIFT else "")
         # 17.2: an entry copied to another node's path
         d = self.trial_dir()
         cache = self.warm_copy(d)
