@@ -22,7 +22,7 @@ TOFU_EVAL/TOFU_SUMMARY with the baseline. Faults:
 It prints one row per fault kind: trials, recovered with identical results, failed
 clearly (a one-line error, no traceback), crashed, wrong numbers. The goal: 0 crashed
 and 0 wrong numbers in every row. A small deterministic subset runs in the default test
-run (tests/test_faults.py, tests/test_cache_trust.py).
+run (tests/engine/test_faults.py, tests/engine/test_cache_trust.py).
 """
 
 from __future__ import annotations

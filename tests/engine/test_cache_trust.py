@@ -19,7 +19,7 @@ from evaldag.engine.cache import CorruptEntryWarning, LinkWarning
 from evaldag.engine.cache.codec import pack, unpack
 from evaldag.engine.executor import Executor
 
-from .golden_runs import FIX, TINY
+from ..golden_runs import FIX, TINY
 from .test_cli import third_party  # noqa: F401 - the third-party benchmark fixture
 
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))

@@ -10,7 +10,7 @@ from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine.outputs import run_json
 from evaldag.engine.results import describe_resource
 
-from .golden_runs import FIX, TINY
+from ..golden_runs import FIX, TINY
 
 
 def test_cli_run_json_names_model_paths_data_template_and_command(tmp_path, monkeypatch):
