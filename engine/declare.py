@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from importlib.metadata import entry_points
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Union
 
@@ -178,7 +179,6 @@ class Registry:
         if self._loaded_entry_points:
             return
         self._loaded_entry_points = True
-        from importlib.metadata import entry_points
 
         for ep in entry_points(group="evaldag.metrics"):
             obj = ep.load()

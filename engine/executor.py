@@ -25,6 +25,8 @@ from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
 from .requests import Request
 
+# Heavy import: tqdm (only with --progress), inside the function that needs it.
+
 _COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
              "batches", "oom_retries", "seconds")
 # Kinds that must run one sample per batch (a backward pass per sample).

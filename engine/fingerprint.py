@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+# Heavy import: torch (only to read a tensor's bytes), inside the function that needs it.
+
 ENGINE_SCHEMA = "evaldag-2"  # 2: components gained "code"
 
 

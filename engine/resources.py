@@ -10,6 +10,7 @@ resources from others in the same lazy way.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from .declare import REGISTRY, ProviderDef
@@ -78,7 +79,6 @@ class Rows:
 
 def hash_rows(rows: list) -> str:
     """Rows as read from JSON files hash fast through canonical JSON; others strictly."""
-    import json
 
     try:
         text = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -28,6 +28,8 @@ from .resources import ResourceSet
 from .results import NodeRecord, RunResult
 from .results import provenance as provenance_of
 
+# Heavy import: joblib (only with -j), inside the function that needs it.
+
 
 def run(
     nodes: Graph | Iterable[Any],

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
+
 
 def row_done(tokenizer: Any, new: list[int], settings: Any, eos_ids: set) -> bool:
     """Whether a row with new tokens ``new`` (at least one) is finished: its last token is

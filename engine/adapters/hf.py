@@ -30,6 +30,8 @@ from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 from .placement import check_device_map, placement, placement_kwargs
 
+# Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
+
 __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..requests import (
     Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
     TokenStats, TokenStatsResult,
@@ -31,6 +33,8 @@ from .base import OutOfMemory
 from . import hf_grad
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from .hf_patching import run_causal_traces
+
+# Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
@@ -239,7 +243,6 @@ class HFAdapter:
         log_softmax runs in float32 on each chunk of rows (open-unlearning runs it in the
         model dtype; identical for fp32 models, slightly more exact for bf16/fp16).
         """
-        import numpy as np
         import torch
 
         if any(not r.context_ids for r in reqs):

@@ -21,11 +21,16 @@ each row's own seeded generator (generation_control). torch is imported inside.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..requests import Generate, GenerateResult
 from .generation_control import RowStops, SeededSampler, draw, row_done, row_generator
+
+# Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
 
 # Generation-config fields that make ``generate`` add a logits processor when greedy,
 # with the value that adds none. A model with any other value takes hf_generate.
@@ -83,7 +88,6 @@ class DecodeLoop:
     """
 
     def __init__(self, model: Any, tokenizer: Any, pad_id: int, masked_id: int | None, slots: int):
-        import inspect
 
         self.model, self.tokenizer, self.pad_id, self.masked_id = model, tokenizer, pad_id, masked_id
         self.slots, self.eos = max(1, slots), eos_ids(model)
@@ -227,7 +231,6 @@ def _similar_lengths(idx: list[int], reqs: Sequence[Generate]) -> list[list[int]
 
 
 def _int32(toks: list[int]) -> Any:
-    import numpy as np
 
     return np.asarray(toks, dtype=np.int32)
 
@@ -284,7 +287,6 @@ def hf_generate(adapter: Any, reqs: list[Generate], ids: Any, mask: Any) -> tupl
     as open-unlearning calls it, so the model's generation_config (eos ids, repetition
     penalty) still applies; sampling rows draw through SeededSampler.
     """
-    import numpy as np
     import torch
     import transformers
 

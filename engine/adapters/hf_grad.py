@@ -23,6 +23,8 @@ from typing import Any
 
 from ..requests import GradNorm
 
+# Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
+
 
 def scored(r: GradNorm) -> int:
     """Continuation tokens in the loss; 0 gives NaN."""

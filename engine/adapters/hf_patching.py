@@ -19,8 +19,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..requests import CausalTrace, CausalTraceResult
 from .layer_names import layer_names, num_layers
+
+# Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 
 
 def _main(out: Any) -> Any:
@@ -34,7 +38,6 @@ def _replace(out: Any, new: Any) -> Any:
 
 def _noise(req: CausalTrace, hidden: int) -> Any:
     """ROME's noise: ``RandomState(seed).randn(samples, end - start, hidden)`` (float64) times ``noise``."""
-    import numpy as np
     import torch
 
     a, b = req.subject

@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 from .layer_names import LayerNames, layer_names, num_layers, read_config
 
+# Heavy imports (torch and safetensors) happen inside the functions that use them: a warm rerun never pays for them.
+
 # config fields that must agree for two checkpoints to be "the same model, edited"
 SAME_FIELDS = ("model_type", "num_hidden_layers", "n_layer", "hidden_size", "n_embd", "intermediate_size",
                "vocab_size", "num_attention_heads", "n_head")

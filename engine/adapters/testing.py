@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+# Heavy imports (torch, tokenizers and transformers) happen inside the functions that use them: a warm rerun never pays for them.
+
 BOS, EOS, PAD = "<|begin_of_text|>", "<|endoftext|>", "<pad>"
 HEADER_START, HEADER_END, EOT = "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"
 

@@ -86,3 +86,29 @@ def test_the_engine_names_no_benchmark_or_metric_module():
                 if node.value.startswith(("evaldag.benchmarks.", "evaldag.metrics.")):
                     found.append(f"{f.relative_to(ROOT)}: {node.value!r}")
     assert not found, found
+
+
+# Libraries a module may import inside a function (heavy, or needed only by some runs);
+# each such module says so in a comment. Anything else is imported at the top.
+LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "tqdm", "joblib",
+           "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim"}
+
+
+def test_function_level_imports_in_the_engine_are_heavy_libraries_only():
+    found = []
+    for f in sorted((ROOT / "engine").rglob("*.py")):
+        tree = ast.parse(f.read_text(), str(f))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ["." * node.level + (node.module or "")]
+                else:
+                    continue
+                for n in names:
+                    if n.split(".")[0] not in LAZY_OK:
+                        found.append(f"{f.relative_to(ROOT)}:{node.lineno}: {n}")
+    assert not found, "import these at the top of the module (or add a heavy library to LAZY_OK with a reason):\n" + "\n".join(found)
