@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -341,8 +342,6 @@ def _probe_device() -> str:
     if not os.path.exists("/proc/driver/nvidia/version"):
         return "cpu"
     try:
-        from importlib import metadata
-
         files = metadata.files("torch") or []
     except Exception:  # noqa: BLE001 - torch not installed: nothing can run on cuda
         return "cpu"
