@@ -88,6 +88,8 @@ def check_folders(cache_dir: str | None, out: Path) -> None:
 
 
 def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    # run.json names the command as typed (also when main() is called from Python)
+    args.command_line = ["evaldag", *(sys.argv[1:] if argv is None else argv)]
     if args.launcher == "torchrun":
         return launch.exec_torchrun(argv or [], args)
     try:
@@ -144,7 +146,8 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
                                              batch_tokens=args.batch_tokens, deterministic=args.deterministic)
         executor.refresh = args.refresh in ("requests", "all")
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
-                     force=args.refresh is not None, deterministic=args.deterministic)
+                     force=args.refresh is not None, deterministic=args.deterministic,
+                     provenance={"command": args.command_line})
     except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]

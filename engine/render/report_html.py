@@ -72,12 +72,35 @@ def load_run_folder(path: str | os.PathLike) -> RunFolder:
     if rf.run is None and not rf.evals:
         raise FileNotFoundError(f"{p}: neither run.json nor any <BENCH>_EVAL.json here")
     prov = (rf.run or {}).get("provenance") or {}
-    model = prov.get("model_path") or prov.get("model_name") or prov.get("model")
+    res = (prov.get("resources") or {}).get("model") or {}
+    model = res.get("path") or prov.get("model_path") or prov.get("model_name") or prov.get("model")
+    fp = res.get("fingerprint") or prov.get("model_fingerprint")
     if isinstance(model, str):
-        rf.subtitle = model
-    elif prov.get("model_fingerprint"):
-        rf.subtitle = f"model {prov['model_fingerprint'][:12]}"
+        rf.subtitle = model + (f" · {fp[:12]}" if isinstance(fp, str) else "")
+    elif isinstance(fp, str):
+        rf.subtitle = f"model {fp[:12]}"
     return rf
+
+
+def _resources_table(prov: dict) -> str:
+    """Which checkpoint and which data each resource was: path or source beside its fingerprint."""
+    res = prov.get("resources") or {}
+    rows = []
+    for name, d in sorted(res.items()):
+        if not isinstance(d, dict):
+            continue
+        where = d.get("path") or d.get("source") or ""
+        loaded = " ".join(str(d[k]) for k in ("loaded_dtype", "loaded_device") if d.get(k))
+        fp = d.get("fingerprint") or ""
+        rows.append(f"<tr><td>{escape(name)}</td><td>{escape(str(d.get('kind', '')))}</td><td>{escape(str(where))}</td>"
+                    f"<td><code>{escape(str(fp)[:12])}</code></td><td>{escape(loaded)}</td></tr>")
+    if not rows:
+        return ""
+    table = _table(["resource", "kind", "path or source", "fingerprint", "loaded as"], rows, num_from=99)
+    cmd = prov.get("command")
+    if isinstance(cmd, list) and cmd:
+        table += f'<p class="ed-muted"><code>{escape(" ".join(str(c) for c in cmd))}</code></p>'
+    return table
 
 
 def _titles(runs: list[RunFolder]) -> None:
@@ -195,6 +218,7 @@ def _run_details(r: RunFolder) -> str:
                 f"{num_cell(n.get('seconds'), _secs(n.get('seconds')))}</tr>" for name, n in slow]
         parts.append(_table(["slowest computed nodes", "reason", "seconds"], rows, num_from=2))
     prov = r.run.get("provenance") or {}
+    parts.append(_resources_table(prov))
     facts = [(k, v if not isinstance(v, str) or len(v) < 20 else v[:16] + "…") for k, v in sorted(prov.items())
              if isinstance(v, (str, int, float))]
     if facts:
