@@ -11,6 +11,7 @@ import pydantic
 
 from ..benchmark import BENCHMARKS, Benchmark, positive_int, write_report_html
 from ..cache import Cache, CacheWriteError
+from ..declare import REGISTRY
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
 from ..graph import GraphError
@@ -30,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
+    r.add_argument("--add-metric", action="append", default=[], metavar="NAME",
+                   help="also run this registered metric (any name `evaldag list` shows, a third party's too) on "
+                        "the benchmarks' resources; its result lands in RUN_EVAL.json / RUN_SUMMARY.json; repeatable")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
     r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
     r.add_argument("--refresh", choices=["nodes", "requests", "all"], default=None,
@@ -72,6 +76,17 @@ def configs(args: argparse.Namespace, benches: list[Benchmark]) -> list[pydantic
     """Each benchmark's config, parsed from the command line once."""
     check_metric_words(args, benches)
     return [b.config_from_args(args) for b in benches]
+
+
+def added_metrics(names: list[str]) -> list:
+    """``--add-metric NAME``: registered metrics with default params, ungrouped (the run's own outputs)."""
+    out = []
+    for name in names:
+        m = REGISTRY.get(name)
+        if m is None:
+            raise ValueError(f"--add-metric {name}: no registered metric of that name (see `evaldag list`)")
+        out.append(m(name=name))
+    return out
 
 
 def check_folders(cache_dir: str | None, out: Path) -> None:
@@ -138,6 +153,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
+        nodes += added_metrics(args.add_metric)
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens,
                             deterministic=args.deterministic)

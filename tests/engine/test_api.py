@@ -115,3 +115,12 @@ def test_third_party_metrics_register_through_entry_points(tmp_path):
     assert "thirdparty_answer" in out and "Always 42." in out
     code = "from evaldag.engine import run; from evaldag.engine.declare import REGISTRY; m = REGISTRY.get('thirdparty_answer'); print(run([m(name='t')], {}, cache_dir=%r)['t'].agg_value)" % str(tmp_path / "c")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.strip() == "42.0"
+    # and from the CLI, beside a built-in benchmark: its value lands in the run's own files
+    o = tmp_path / "o"
+    subprocess.run([EVALDAG, "run", "toy", "--add-metric", "thirdparty_answer", "--quiet", "--out", str(o),
+                    "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True, check=True, env=env)
+    assert json.loads((o / "RUN_SUMMARY.json").read_text()) == {"thirdparty_answer": 42.0}
+    assert json.loads((o / "RUN_EVAL.json").read_text())["thirdparty_answer"]["agg_value"] == 42.0
+    assert "toy_summary" in json.loads((o / "TOY_SUMMARY.json").read_text())
+    bad = subprocess.run([EVALDAG, "run", "toy", "--add-metric", "nope", "--out", str(o)], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--add-metric nope: no registered metric" in bad.stderr
