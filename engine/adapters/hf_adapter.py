@@ -25,17 +25,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..requests import (
-    Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
-    TokenStats, TokenStatsResult,
-)
-from .base import OutOfMemory
+from ..requests import (Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
+                        TokenStats, TokenStatsResult)
 from . import hf_grad
+from .base import OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from .hf_patching import run_causal_traces
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
-
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
 STATS_CHUNK_ROWS = 256
 # "reference": open-unlearning's ``mask = input_ids != pad_token_id``; "padding": padding only.
