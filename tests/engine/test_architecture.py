@@ -42,3 +42,10 @@ def test_tests_mirror_the_tree():
     loose = sorted(f.name for f in tests.glob("test_*.py"))
     assert not loose, f"move these into tests/engine|metrics|benchmarks|fidelity: {loose}"
     assert {d.name for d in tests.iterdir() if d.is_dir() and any(d.glob("test_*.py"))} <= {"engine", "metrics", "benchmarks", "fidelity"}
+
+
+def test_modules_stay_small():
+    """One job per module: none grows past 400 lines (split by concern instead)."""
+    big = sorted(f"{f.relative_to(ROOT)} ({n})" for top in ("engine", "metrics", "benchmarks") for f in (ROOT / top).rglob("*.py")
+                 if (n := len(f.read_text().splitlines())) > 400)
+    assert not big, big
