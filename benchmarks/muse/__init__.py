@@ -1,7 +1,8 @@
-"""MUSE (Shi et al. 2024) as open-unlearning evaluates it: data loading for now.
+"""MUSE (Shi et al. 2024) as open-unlearning evaluates it, as a benchmark plugin.
 
-:mod:`.data` loads the verbmem / knowmem / privleak splits and the retain model's logs;
-the benchmark graph is declared on top of ``evaldag.metrics``.
+:mod:`.benchmark` is the plugin (``evaldag run muse``), :mod:`.config` its typed config,
+:mod:`.spec` the graph and :mod:`.data` the verbmem / knowmem / privleak splits and the
+retain model's logs (re-exported here).
 """
 
 from .data import fewshot_pairs, load_eval_logs, load_muse, load_muse_split

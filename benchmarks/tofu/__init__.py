@@ -1,7 +1,8 @@
-"""TOFU (Maini et al. 2024) as open-unlearning evaluates it: data loading for now.
+"""TOFU (Maini et al. 2024) as open-unlearning evaluates it, as a benchmark plugin.
 
-The benchmark graph (metric declarations) is added on top of ``evaldag.metrics``;
-:mod:`.data` loads the subsets, prompt templates and retain-model logs it reads.
+:mod:`.benchmark` is the plugin (``evaldag run tofu``; ``TofuBenchmark().build(TofuConfig(...))``
+from Python), :mod:`.config` its typed config, :mod:`.spec` the graph and :mod:`.data` the
+subsets, prompt templates and retain-model logs it reads (re-exported here).
 """
 
 from .data import (
