@@ -60,8 +60,7 @@ def truncation_warnings(result: RunResult) -> list[str]:
             continue
         g, name = v.names[0]
         val = result.value(f"{g}/{name}" if g else name)
-        vbi = val.value_by_index if isinstance(val, Result) else None
-        cut = [item["truncated_tokens"] for item in (vbi or {}).values() if isinstance(item, dict) and "truncated_tokens" in item]
+        cut = _cut_counts(val.to_dict()) if isinstance(val, Result) else []
         if cut:
             where = f" in {g}_EVAL.json" if g else ""
             lines.append(f"warning: {g + '/' if g else ''}{name}: {len(cut)} items truncated to the model's context "
@@ -78,3 +77,10 @@ def print_failures(result: RunResult, file: TextIO | None = None) -> None:
     for rec in result.failures():
         print(f"FAILED {rec.name}: {rec.problem}", file=file)
         print("\n".join("    " + line for line in rec.error.rstrip().splitlines()), file=file)
+
+
+def _cut_counts(block: dict) -> list[int]:
+    """``truncated_tokens`` of every item, also of blocks nested one level (MIA forget/holdout)."""
+    blocks = [block] + [b for k, b in block.items() if k != "value_by_index" and isinstance(b, dict)]
+    return [item["truncated_tokens"] for b in blocks for item in (b.get("value_by_index") or {}).values()
+            if isinstance(item, dict) and "truncated_tokens" in item]

@@ -37,7 +37,7 @@ import numpy as np
 from ...engine import Params, Result, metric
 from .blocks import as_float_array, index_keys
 from .probability import avg_loss
-from .scoring import grad_norms, qa_stats, rows_of
+from .scoring import grad_norms, note_truncation, qa_stats, rows_of
 
 VAR_FLOOR = 1e-6  # min_k_plus_plus.py:32
 
@@ -183,28 +183,35 @@ class KParams(Params):
 def _attack(forget: dict, holdout: dict, score: Callable) -> Result:
     f = [score(opts[0]) for opts in rows_of(forget)]
     h = [score(opts[0]) for opts in rows_of(holdout)]
-    return Result.from_dict(mia_block(f, h))
+    return Result.from_dict(_note_sides(mia_block(f, h), forget, holdout))
 
 
-@metric("mia_loss", version="1", parents={"forget": _FORGET, "holdout": _HOLDOUT})
+def _note_sides(block: dict, forget: dict, holdout: dict) -> dict:
+    """``truncated_tokens`` on the forget/holdout items whose scored text was cut."""
+    note_truncation(block["forget"], forget)
+    note_truncation(block["holdout"], holdout)
+    return block
+
+
+@metric("mia_loss", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT})
 def mia_loss(forget: dict, holdout: dict) -> Result:
     """LOSS attack: average loss (eos included) as the non-membership score; AUC forget vs holdout."""
     return _attack(forget, holdout, lambda s: mia_loss_score(s.logprob))
 
 
-@metric("mia_zlib", version="1", parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_zlib", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT})
 def mia_zlib(forget: dict, holdout: dict) -> Result:
     """ZLib attack: average loss divided by the zlib-compressed length of the scored text."""
     return _attack(forget, holdout, lambda s: mia_zlib_score(s.logprob, s.text))
 
 
-@metric("mia_min_k", version="1", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_min_k", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
 def mia_min_k(forget: dict, holdout: dict, params: KParams) -> Result:
     """Min-K% attack: negated mean of the lowest k-fraction of token log-probs (eos dropped)."""
     return _attack(forget, holdout, lambda s: mia_min_k_score(s.logprob, k=params.k))
 
 
-@metric("mia_min_k_plus_plus", version="1", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_min_k_plus_plus", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
 def mia_min_k_plus_plus(forget: dict, holdout: dict, params: KParams) -> Result:
     """Min-K%++ attack: Min-K% on log-probs standardised by the model's own mean and variance."""
     return _attack(forget, holdout, lambda s: mia_min_k_plus_plus_score(s.logprob, s.mu, s.var, k=params.k))
@@ -224,7 +231,7 @@ def mia_reference(forget: dict, holdout: dict, ref_forget: dict, ref_holdout: di
     """Reference attack: the target's average loss minus the reference model's on the same text."""
     f = [mia_reference_score(a[0].logprob, b[0].logprob) for a, b in zip(rows_of(forget), rows_of(ref_forget))]
     h = [mia_reference_score(a[0].logprob, b[0].logprob) for a, b in zip(rows_of(holdout), rows_of(ref_holdout))]
-    return Result.from_dict(mia_block(f, h))
+    return Result.from_dict(_note_sides(mia_block(f, h), forget, holdout))
 
 
 @metric("mia_gradnorm", version="1", parents={"forget": grad_norms(), "holdout": grad_norms(bind={"data": "holdout"})})

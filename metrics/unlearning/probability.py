@@ -24,7 +24,7 @@ import numpy as np
 
 from ...engine import Result, metric
 from .blocks import EPS, as_float_array, index_keys, mean_of_field, mean_over_options, paired_block, with_reason
-from .scoring import has_options, note_truncation, qa_stats, rows_of
+from .scoring import carry_truncation, has_options, note_truncation, qa_stats, rows_of
 
 NO_TARGET_REASON = (
     "no scored tokens: the prompt and prompt+answer tokenize to the same length, so "
@@ -116,4 +116,6 @@ def probability(stats: dict) -> Result:
 )
 def probability_normalised(correct: Result, wrong: Result) -> Result:
     """ra/wf_Q_A_Prob_normalised: p_correct / (p_correct + sum of p_wrong)."""
-    return Result.from_dict(normalised_probability_block(correct.value_by_index, wrong.value_by_index))
+    block = normalised_probability_block(correct.value_by_index, wrong.value_by_index)
+    carry_truncation(block["value_by_index"], correct.value_by_index, wrong.value_by_index)
+    return Result.from_dict(block)

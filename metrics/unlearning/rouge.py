@@ -136,7 +136,7 @@ def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Resul
         generation = clean_generation(text, eos_text, params.stopwords)
         answers = row[params.field]
         many = isinstance(answers, (list, tuple))
-        gts = []
+        gts, cut = [], 0
         for ans in answers if many else [answers]:
             if params.completion:
                 prefix = row.get(params.prefix_key, "") if params.prefix_key else ""
@@ -146,5 +146,9 @@ def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Resul
                 e = enc.encode_qa(row[params.question_key], ans, params.template, fewshot=params.fewshot, max_length=params.max_length)
                 labels = e.context_ids + e.continuation_ids
             gts.append(clean_ground_truth(_decode(enc, labels), inp))
-        items.append(rouge_options_item(inp, gts, generation) if many else rouge_item(inp, gts[0], generation))
+            cut += e.truncated  # the ground truth is decoded from the cut labels
+        item = rouge_options_item(inp, gts, generation) if many else rouge_item(inp, gts[0], generation)
+        if cut > 0:  # only cut items get the key, so other outputs stay as open-unlearning's
+            item["truncated_tokens"] = cut
+        items.append(item)
     return Result.from_dict(rouge_block(items, params.rouge_type))

@@ -87,6 +87,22 @@ def note_truncation(block: dict, scored: dict) -> dict:
     return block
 
 
+def carry_truncation(vbi: dict | None, *sources: dict | None) -> dict | None:
+    """Add to each item of ``vbi`` the ``truncated_tokens`` its parents' items carry, summed.
+
+    For metrics built from other blocks (truth ratio, normalised probability); an item
+    none of whose parents was cut gets no key.
+    """
+    if not vbi:
+        return vbi
+    for key, item in vbi.items():
+        total = sum(int(s[key].get("truncated_tokens", 0)) for s in sources
+                    if s and isinstance(s.get(key), dict))
+        if total > 0 and isinstance(item, dict):
+            item["truncated_tokens"] = total
+    return vbi
+
+
 @dataclass
 class Scored:
     """One scored sequence: per-token arrays, the label ids and the decoded label text."""

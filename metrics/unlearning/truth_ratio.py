@@ -16,7 +16,7 @@ import numpy as np
 from ...engine import Params, Result, metric
 from .blocks import EPS, mean_over_options, paired_block, with_reason
 from .probability import probability
-from .scoring import qa_stats
+from .scoring import carry_truncation, qa_stats
 
 
 def truth_ratio_score(correct_avg_loss: Any, wrong_avg_losses: Any, kind: str = "ratio") -> float:
@@ -94,4 +94,6 @@ class TruthRatioParams(Params):
 )
 def truth_ratio(correct: Result, wrong: Result, params: TruthRatioParams) -> Result:
     """Per item p(wrong, geometric mean over options) / p(correct); aggregated by ``aggregator``."""
-    return Result.from_dict(truth_ratio_block(correct.value_by_index, wrong.value_by_index, params.aggregator))
+    block = truth_ratio_block(correct.value_by_index, wrong.value_by_index, params.aggregator)
+    carry_truncation(block["value_by_index"], correct.value_by_index, wrong.value_by_index)
+    return Result.from_dict(block)

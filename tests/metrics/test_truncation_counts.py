@@ -25,3 +25,13 @@ def test_note_truncation_sums_options_and_skips_uncut_items() -> None:
     assert out == {"0": {"prob": 0.1, "truncated_tokens": 3}, "1": {"prob": [0.2, 0.3], "truncated_tokens": 5}, "2": {"prob": 0.4}}
     uncut = {"agg_value": 0.5, "value_by_index": {"0": {"prob": 0.1}}}
     assert note_truncation(uncut, {"truncated": np.array([0]), "n_options": np.array([0])}) == {"agg_value": 0.5, "value_by_index": {"0": {"prob": 0.1}}}
+
+
+def test_carry_truncation_sums_parents_and_skips_uncut_items() -> None:
+    from evaldag.metrics.unlearning.scoring import carry_truncation
+
+    correct = {"0": {"prob": 0.1, "truncated_tokens": 4}, "1": {"prob": 0.2}, "2": {"prob": 0.3}}
+    wrong = {"0": {"prob": [0.1]}, "1": {"prob": [0.2], "truncated_tokens": 2}, "2": {"prob": [0.3]}}
+    vbi = {"0": {"score": 1.0}, "1": {"score": 2.0}, "2": {"score": 3.0}}
+    assert carry_truncation(vbi, correct, wrong) == {"0": {"score": 1.0, "truncated_tokens": 4},
+                                                     "1": {"score": 2.0, "truncated_tokens": 2}, "2": {"score": 3.0}}
