@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ...engine import Node, Rows, Value
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
-from .. import common, unlearning_report
+from .. import common
+from ..unlearning import UnlearningBenchmark
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, MuseConfig
 from .data import fewshot_pairs, load_eval_logs, load_muse_split
@@ -40,12 +40,13 @@ def muse_resources(cfg: MuseConfig) -> dict[str, Any]:
     return out
 
 
-class MuseBenchmark(Benchmark):
+class MuseBenchmark(UnlearningBenchmark):
     name = "muse"
     group = spec.GROUP
+    spec = spec
+    default_metrics, mia_metrics = DEFAULT_METRICS, MIA_METRICS
     description = "MUSE (Shi et al. 2024): knowledge and verbatim memorization ROUGE, privleak, MIAs"
     Config = MuseConfig
-    resource_flags = common.RESOURCE_FLAGS
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p)
@@ -62,16 +63,7 @@ class MuseBenchmark(Benchmark):
             retain_logs=common.retain_logs_file(common.bench_option(args, "muse", "retain_logs"), self.group),
         )
 
-    def metric_menu(self) -> MetricMenu:
-        return MetricMenu(default=DEFAULT_METRICS, all=tuple(spec.metric_names()), groups={"mia": MIA_METRICS})
-
-    def plan(self, cfg: MuseConfig) -> list[Node]:
-        return spec.nodes(cfg.metrics, cfg)  # the few-shot rows are left out of the params
-
     def build(self, cfg: MuseConfig) -> tuple[list[Node], dict[str, Any]]:
         resources = muse_resources(cfg)
         resources.update(common.model_resources(cfg))
         return spec.nodes(cfg.metrics, with_icl(cfg)), resources
-
-    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        return unlearning_report.report_sections(runs)

@@ -6,9 +6,10 @@ import argparse
 from typing import Any
 
 from ...engine import Node, Rows, Value
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, positive_int
+from ...engine.benchmark import positive_int
 from ...engine.render.clusters import Split
-from .. import common, unlearning_report
+from .. import common
+from ..unlearning import UnlearningBenchmark
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 from .data import load_eval_logs, load_subset, tofu_splits
@@ -30,12 +31,13 @@ def tofu_resources(cfg: TofuConfig) -> dict[str, Any]:
     return out
 
 
-class TofuBenchmark(Benchmark):
+class TofuBenchmark(UnlearningBenchmark):
     name = "tofu"
     group = spec.GROUP
+    spec = spec
+    default_metrics, mia_metrics = DEFAULT_METRICS, MIA_METRICS
     description = "TOFU (Maini et al. 2024): forget quality, truth ratio, ROUGE, model utility, privleak, MIAs"
     Config = TofuConfig
-    resource_flags = common.RESOURCE_FLAGS
     #: TOFU's own splits beside forget / holdout / retain: the bands of its graph drawing
     splits = (Split("ra", "real authors", r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors", rank=40),
               Split("wf", "world facts", r"(?:^|[^a-z])wf(?:[^a-z]|$)|world_?facts", rank=50))
@@ -59,16 +61,7 @@ class TofuBenchmark(Benchmark):
             max_new_tokens=args.max_new_tokens,
         )
 
-    def metric_menu(self) -> MetricMenu:
-        return MetricMenu(default=DEFAULT_METRICS, all=tuple(spec.metric_names()), groups={"mia": MIA_METRICS})
-
-    def plan(self, cfg: TofuConfig) -> list[Node]:
-        return spec.nodes(cfg.metrics, cfg)
-
     def build(self, cfg: TofuConfig) -> tuple[list[Node], dict[str, Any]]:
         resources = tofu_resources(cfg)
         resources.update(common.model_resources(cfg))
         return spec.nodes(cfg.metrics, cfg), resources
-
-    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        return unlearning_report.report_sections(runs)
