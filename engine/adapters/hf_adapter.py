@@ -6,8 +6,8 @@
   per-sequence max_new_tokens, stop strings honoured during generation, and seeded
   sampling that does not depend on batch neighbours.
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
-* GradNorm: open-unlearning's per-sample gradient-norm attack (hf_grad: one backward
-  per row, or rows of one length in one vmapped backward).
+* GradNorm: open-unlearning's per-sample gradient-norm attack (hf_grad: ghost norms of
+  many rows in one backward, a vmapped backward, or one backward per row).
 
 Attention mask (``attention_mask``): ``"reference"`` (the default) is open-unlearning's
 ``input_ids != pad_token_id``, so with pad == eos every real eos inside a sequence (and the
@@ -43,8 +43,9 @@ GENERATE_GROUP = 8
 # (4,096 tokens, ~16 prompts of 250) says nothing about it; on the 4 x 256 Llama 64
 # rows decoded ~1.8x faster per token than 16, and the KV cache stays small.
 CPU_DECODE_ROWS = 64
-# GradNorm: rows per vmapped backward, and the memory their per-sample gradients may take.
-GRAD_ROWS, GRAD_MEMORY_BYTES = 16, 2 << 30
+# GradNorm: rows per batched backward (ghost norms: 8 and 16 were equally fast on the
+# 4 x 256 Llama on CPU, 32 slower), and the memory vmap's per-sample gradients may take.
+GRAD_ROWS, GRAD_MEMORY_BYTES = 8, 2 << 30
 
 
 class HFAdapter:
@@ -75,12 +76,10 @@ class HFAdapter:
         self._generate_budget: Any = None  # the executor's budget, for the loop's rows
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
-        # GradNorm rows per vmapped backward (1: one backward per row, open-unlearning's
-        # way). On CPU the default stays 1: batched norms differ from one-row norms by
-        # float rounding (~1e-7 relative), and the golden outputs are one-row numbers.
-        self.grad_rows = GRAD_ROWS if self.device == "cuda" else 1
-        self._grad_ok: bool | None = None
-        self._grad_used: list[str] | None = None  # parameters a one-row backward reaches
+        # GradNorm: the way (hf_grad.GRAD_MODES) and rows per batched backward (1: one
+        # backward per row, open-unlearning's way); read when the first GradNorm batch comes.
+        self.grad_mode, self.grad_rows = "auto", GRAD_ROWS
+        self._grad: hf_grad.GradNormRunner | None = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         # The id open-unlearning's collator masks wherever it occurs. Without a pad token
@@ -141,8 +140,8 @@ class HFAdapter:
         GENERATE_GROUP batches at once and keeps its active rows under ``budget``
         itself, so a freed slot has a waiting prompt to take. GradNorm takes many rows
         (under the token budget) when it can batch them, and splits them by length."""
-        if kind == "grad_norm" and self._grad_batched():
-            return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * self._grad_rows()))
+        if kind == "grad_norm" and self._grad_runner().way() != "one_row":
+            return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * self.grad_rows))
         if kind != "generate" or not self._lean_loop():
             return budget
         self._generate_budget = budget
@@ -325,53 +324,20 @@ class HFAdapter:
         return out
 
     def _grad_norm(self, reqs: list[GradNorm]) -> list[GradNormResult]:
-        """open-unlearning's GradNorm attack, in train mode (see hf_grad for the rules).
-
-        Rows of one length (and p) go through one vmapped backward (hf_grad.many_rows)
-        when the model has no active dropout and ``grad_rows`` > 1; the rest, and models
-        with dropout, take one backward per row, open-unlearning's batch of one (no
-        position ids; in reference mode the mask ``ids != pad``). Both give the same
-        norms within float rounding. Empty targets give NaN. Eval mode is restored.
-        """
-        model, out = self.model, [float("nan")] * len(reqs)
-        was_training = model.training
-        try:
-            model.train()
-            todo = [i for i, r in enumerate(reqs) if hf_grad.scored(r) > 0]
-            groups: dict[tuple, list[int]] = {}
-            for i in todo:
-                r = reqs[i]
-                if self._grad_batched() and (self.masked_id is None or self.masked_id not in r.context_ids + r.continuation_ids):
-                    groups.setdefault((r.length(), r.p), []).append(i)
-            batched = [g for g in groups.values() if len(g) > 1]
-            together = {i for g in batched for i in g}
-            for i in (i for i in todo if i not in together):
-                out[i], self._grad_used = hf_grad.one_row(model, reqs[i], self.masked_id)
-            for g in batched:
-                if self._grad_used is None:
-                    out[g[0]], self._grad_used = hf_grad.one_row(model, reqs[g[0]], self.masked_id)
-                    g = g[1:]
-                for a in range(0, len(g), self._grad_rows()):
-                    part = g[a : a + self._grad_rows()]
-                    for i, v in zip(part, hf_grad.many_rows(model, [reqs[i] for i in part], self.masked_id, self._grad_used)):
-                        out[i] = v
-        finally:
-            model.zero_grad(set_to_none=True)
-            model.train(was_training)
-        real = sum(r.length() for r in reqs)
-        self.last_batch_tokens = (real, real)
+        """open-unlearning's GradNorm attack, in train mode (hf_grad.GradNormRunner picks
+        ghost norms, vmap or one backward per row; all give the same norms within float
+        rounding). Empty targets give NaN. Eval mode is restored."""
+        runner = self._grad_runner()
+        out = runner(list(reqs))
+        self.last_batch_tokens = (sum(r.length() for r in reqs), runner.padded_tokens)
         return [GradNormResult(v) for v in out]
 
-    def _grad_batched(self) -> bool:
-        if self._grad_ok is None:
-            self._grad_ok = self.grad_rows > 1 and hf_grad.dropout_free(self.model)
-        return self._grad_ok
-
-    def _grad_rows(self) -> int:
-        """Rows per vmapped backward: ``grad_rows``, and their per-sample gradients
-        (every parameter, once per row) within GRAD_MEMORY_BYTES."""
-        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        return max(1, min(self.grad_rows, GRAD_MEMORY_BYTES // max(1, size)))
+    def _grad_runner(self) -> hf_grad.GradNormRunner:
+        if self._grad is None or (self._grad.mode, self._grad.rows) != (self.grad_mode, self.grad_rows):
+            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            self._grad = hf_grad.GradNormRunner(self.model, self.masked_id, self.grad_mode, self.grad_rows,
+                                                vmap_rows=max(1, GRAD_MEMORY_BYTES // max(1, size)))
+        return self._grad
 
 
 def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:

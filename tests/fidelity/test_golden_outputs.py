@@ -3,7 +3,10 @@
 The golden files (tests/fixtures/golden/, made by make_golden.py there) were written
 before the redesign step; any change to a number, a generation or a key shows here.
 Floats compare to 1e-9 relative (the same batches give bit-identical values; this
-only absorbs JSON round-trips), strings and keys exactly.
+only absorbs JSON round-trips), strings and keys exactly. One exception, by design:
+mia_gradnorm's per-row norms come from batched backward passes (ghost norms, issue 15)
+since the golden files were made one backward per row, so they compare to 1e-5
+relative, the bound the issue sets for batched GradNorm (measured: at most 3.7e-7 on these runs).
 """
 
 import json
@@ -15,6 +18,11 @@ import pytest
 from ..golden_runs import RUNS, run_one
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
+BATCHED_GRADNORM_RTOL = 1e-5
+
+
+def _rtol(path: str) -> float:
+    return BATCHED_GRADNORM_RTOL if path.startswith("/mia_gradnorm/") else 1e-9
 
 
 def _diff(a, b, path="", out=None):
@@ -32,7 +40,7 @@ def _diff(a, b, path="", out=None):
     elif isinstance(a, float) or isinstance(b, float):
         if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
             out.append(f"{path}: {a!r} vs {b!r}")
-        elif not (math.isnan(a) and math.isnan(b)) and not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+        elif not (math.isnan(a) and math.isnan(b)) and not math.isclose(a, b, rel_tol=_rtol(path), abs_tol=1e-12):
             out.append(f"{path}: {a!r} vs golden {b!r}")
     elif a != b:
         out.append(f"{path}: {a!r} vs golden {b!r}")
