@@ -35,9 +35,26 @@ MUSE_STOPWORDS = ("\n\n", "\nQuestion", "Question:")  # configs/eval/muse_metric
 
 @lru_cache(maxsize=1)
 def _scorer() -> Any:
-    from rouge_score import rouge_scorer  # imported here: only ROUGE metrics need it (it pulls in nltk)
+    """``RougeScorer(["rouge1", "rougeL"], use_stemmer=True)`` with its own tokenizer, memoised.
 
-    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    rouge-score tokenizes both texts on every ``score`` call and stems every word anew;
+    a TOFU run scores each generation against up to 6 ground truths and the same words
+    recur, so the Porter stems took most of ROUGE's time. :class:`_MemoTokenizer` runs
+    rouge-score's own ``tokenize`` with its own Porter stemmer and keeps the results:
+    the same tokens, hence the same scores.
+    """
+    from rouge_score import rouge_scorer, tokenize, tokenizers  # here: only ROUGE metrics need them (they pull in nltk)
+    from rouge_score.tokenizers import porter  # nltk's Porter stemmer, the one DefaultTokenizer uses
+
+    class _MemoTokenizer(tokenizers.Tokenizer):
+        def __init__(self) -> None:
+            self.stem = lru_cache(maxsize=1 << 16)(porter.PorterStemmer().stem)  # tokenize() calls stemmer.stem(word)
+            self._tokens = lru_cache(maxsize=1 << 14)(lambda text: tuple(tokenize.tokenize(text, self)))
+
+        def tokenize(self, text: str) -> list[str]:
+            return list(self._tokens(text))
+
+    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], tokenizer=_MemoTokenizer())
 
 
 def clean_generation(text: str, eos_text: str | None = None, stopwords: Sequence[str] = ()) -> str:

@@ -190,6 +190,19 @@ def test_rouge_cleaning_order_and_scores():
     assert G.rouge_block([item], "rougeL_recall")["agg_value"] == pytest.approx(0.5)
 
 
+def test_rouge_memoised_tokenizer_scores_as_rouge_score_does():
+    """evaldag's scorer keeps rouge-score's tokens (memoised); scores equal a plain RougeScorer's."""
+    from rouge_score import rouge_scorer
+
+    plain = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    texts = ["The cats were running happily", "", "  ", "Café au lait, naïve résumé!", "running runner runs ran",
+             "It's 3:45 p.m. -- generalization, generalizations; GENERALIZED", "the the the cat", "a b c"]
+    for _ in range(2):  # the second round is served from the memo
+        for gt in texts:
+            for gen in texts:
+                assert G._scorer().score(gt, gen) == plain.score(gt, gen), (gt, gen)
+
+
 # =============================================================== 2. replay of open-unlearning's own logs
 
 
