@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from importlib.metadata import entry_points
 
@@ -70,9 +69,20 @@ def _description(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if hasattr(signal, "SIGPIPE"):  # `evaldag ... | head` ends quietly
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    """The ``evaldag`` command. A closed stdout (``evaldag list | head -1``) ends it
+    quietly. SIGPIPE stays ignored, as Python sets it: with the default action a rank
+    whose peer died would be killed by its next socket write (exit -13, no message)
+    instead of reporting the lost peer."""
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own exit flush must not fail again
+        return 141  # what a shell reports for a process ended by SIGPIPE
+
+
+def _main(argv: list[str]) -> int:
     # transformers prints a "Loading weights" bar per checkpoint; our own bar is --progress
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # benchmark options are added once we know which benchmarks were named, read from the

@@ -174,3 +174,17 @@ def test_unknown_benchmark_is_one_line_exit_2(capsys):
     err = capsys.readouterr().err
     assert {"editing", "muse", "probes", "tofu", "toy", "weat"} <= set(BENCHMARKS.names())
     assert err.count("\n") == 1 and f"unknown benchmark 'nosuchbench'; known: {', '.join(BENCHMARKS.names())}" in err
+
+
+def test_a_closed_stdout_ends_quietly_and_sigpipe_stays_ignored(capsys):
+    """`evaldag list | head -1`: no traceback; and the CLI leaves SIGPIPE ignored, so a
+    distributed rank whose peer died gets an error it reports, not a silent -13 kill."""
+    import signal
+
+    p = subprocess.Popen([EVALDAG, "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader is gone before the first write
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert cli.main(["list"]) == 0 and "tofu" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,11 +48,22 @@ def _env(**extra: str) -> dict:
 
 
 def _start(cmd: list[str], **env: str) -> subprocess.Popen:
-    return subprocess.Popen(cmd, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # output goes to files, not pipes: a rank blocked on a full pipe while we wait for
+    # another rank would hang the pair
+    err = tempfile.TemporaryFile()
+    p = subprocess.Popen(cmd, env=_env(**env), stdout=subprocess.DEVNULL, stderr=err)
+    p.err_file = err  # Popen's own .stderr is None when it writes to a file
+    return p
 
 
 def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
-    return [(p.wait(timeout=LIMIT_S), p.communicate()[1]) for p in procs]
+    codes = [p.wait(timeout=LIMIT_S) for p in procs]
+    return [(c, _read(p.err_file)) for c, p in zip(codes, procs)]
+
+
+def _read(f) -> str:
+    f.seek(0)
+    return f.read().decode(errors="replace")
 
 
 def _ranks(argvs: list[list[str]], port: int, **env: str) -> list[tuple[int, str]]:
