@@ -234,7 +234,8 @@ def mia_reference(forget: dict, holdout: dict, ref_forget: dict, ref_holdout: di
     return Result.from_dict(_note_sides(mia_block(f, h), forget, holdout))
 
 
-@metric("mia_gradnorm", version="1", parents={"forget": grad_norms(), "holdout": grad_norms(bind={"data": "holdout"})})
-def mia_gradnorm(forget, holdout) -> Result:
-    """GradNorm attack: mean over parameters of each parameter's gradient norm (one backward each)."""
-    return Result.from_dict(mia_block([mia_gradnorm_score(x) for x in forget], [mia_gradnorm_score(x) for x in holdout]))
+@metric("mia_gradnorm", version="2", parents={"forget": grad_norms(), "holdout": grad_norms(bind={"data": "holdout"})})
+def mia_gradnorm(forget: dict, holdout: dict) -> Result:
+    """GradNorm attack: mean over parameters of each parameter's gradient norm, per item."""
+    block = mia_block([mia_gradnorm_score(x) for x in forget["values"]], [mia_gradnorm_score(x) for x in holdout["values"]])
+    return Result.from_dict(_note_sides(block, forget, holdout))

@@ -211,18 +211,24 @@ class GradNormParams(QAParams):
     prefix_key: str | None = "prompt"
     text_key: str = "gt"
     insert_space: bool = True
+    max_length: int | None = None  # None: open-unlearning's 512 for QA rows, 2048 for completions
 
 
-@metric("grad_norms", version="1", params=GradNormParams, needs=("model", "data"))
+@metric("grad_norms", version="2", params=GradNormParams, needs=("model", "data"))
 def grad_norms(model: Any, data: list[dict], params: GradNormParams):
-    """Per-item gradient norms of the answer's mean NLL (one backward pass each)."""
+    """Per-item gradient norms of the answer's mean NLL (``values``), and the tokens
+    ``max_length`` cut from each item (``truncated``), as the stats nodes keep them."""
     enc = model.encoder()
-    reqs = []
+    reqs, cut = [], []
     for row in data:
         if params.completion:
-            e = enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space)
+            e = enc.encode_completion(_prefix(row, params), row[params.text_key], insert_space=params.insert_space,
+                                      max_length=params.max_length or CompletionParams().max_length)
         else:
-            e = enc.encode_qa(row[params.question_key], row[params.field], params.template, joint=params.joint_tokenization, max_length=params.max_length)
+            e = enc.encode_qa(row[params.question_key], row[params.field], params.template, joint=params.joint_tokenization,
+                              max_length=params.max_length or QAParams().max_length)
         reqs.append(GradNorm(e.context_ids, e.continuation_ids, p=params.p))
+        cut.append(e.truncated)
     results = yield reqs
-    return np.asarray([r.value for r in results], dtype=np.float64)
+    return {"values": np.asarray([r.value for r in results], dtype=np.float64),
+            "truncated": np.asarray(cut, dtype=np.int64), "n_options": np.zeros(len(reqs), dtype=np.int64)}

@@ -71,7 +71,7 @@ def test_mia_truth_ratio_normalised_and_rouge_note_the_cut(tmp_path: Path, capsy
     assert min(n_mia, n_tr, n_ra) > 100 and len({n_mia, n_tr, n_ra}) == 3
 
     out = tmp_path / "out"
-    metrics = "mia_loss,mia_min_k,mia_reference,forget_truth_ratio,ra_Q_A_Prob_normalised,ra_Truth_Ratio,forget_Q_A_ROUGE,forget_Q_A_PARA_ROUGE"
+    metrics = "mia_loss,mia_min_k,mia_reference,mia_gradnorm,forget_truth_ratio,ra_Q_A_Prob_normalised,ra_Truth_Ratio,forget_Q_A_ROUGE,forget_Q_A_PARA_ROUGE"
     code = cli.main(["run", "tofu", "--model", str(TARGET), "--reference-model", str(TARGET), "--data", str(data),
                      "--metrics", metrics, "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
     assert code == 0
@@ -80,7 +80,7 @@ def test_mia_truth_ratio_normalised_and_rouge_note_the_cut(tmp_path: Path, capsy
     def noted(vbi: dict) -> dict:
         return {k: v["truncated_tokens"] for k, v in vbi.items() if "truncated_tokens" in v}
 
-    for name in ("mia_loss", "mia_min_k", "mia_reference"):
+    for name in ("mia_loss", "mia_min_k", "mia_reference", "mia_gradnorm"):
         assert noted(ev[name]["forget"]["value_by_index"]) == {"2": n_mia}, name
         assert noted(ev[name]["holdout"]["value_by_index"]) == {}, name
     assert noted(ev["forget_truth_ratio"]["value_by_index"]) == {"2": n_tr}
