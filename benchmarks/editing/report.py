@@ -32,7 +32,7 @@ def heatmap_svg(trace: dict, title: str) -> str:
     lo, hi = float(trace["low"]), max([float(x) for row in scores for x in row] + [float(trace["low"])])
     span = hi - lo if hi > lo else 1.0
     a, b = trace["subject"]
-    w, h = LABEL_W + n_layers * CELL_W + 20, TOP + n_pos * CELL_H + 34
+    w, h = max(LABEL_W + n_layers * CELL_W + 20, 460.0), TOP + n_pos * CELL_H + 48
     out = svg_open("causal-trace", title, w, h)
     for t, row in enumerate(scores):
         y = TOP + t * CELL_H
@@ -49,7 +49,12 @@ def heatmap_svg(trace: dict, title: str) -> str:
         out.append(f'<text x="{LABEL_W + layer * CELL_W + CELL_W / 2:.1f}" y="{TOP - 4:.1f}" font-size="10" '
                    f'text-anchor="middle" fill="#334155">{layer}</text>')
     foot = f"P({trace['answer'].strip()}): clean {float(trace['high']):.3f}, corrupted {lo:.3f}, best restore {hi:.3f}"
-    out.append(f'<text x="12" y="{h - 10:.1f}" font-size="10.5" fill="#334155">{escape(foot)}</text>')
+    sites = [f"{label}: layer {trace[k]['best_layer']} (+{float(trace[k]['effect']):.3f})"
+             for k, label in (("subject_last", "subject's last token"), ("last", "last token")) if isinstance(trace.get(k), dict)]
+    out.append(f'<text x="12" y="{h - 24:.1f}" font-size="10.5" fill="#334155">{escape(foot)}</text>')
+    if sites:  # ROME's early and late sites
+        out.append(f'<text x="12" y="{h - 10:.1f}" font-size="10.5" fill="#334155">'
+                   f'{escape("best restoring layer at the " + "; at the ".join(sites))}</text>')
     out.append("</svg>")
     return "".join(out)
 

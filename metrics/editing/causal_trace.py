@@ -12,8 +12,9 @@ Every cell is one :class:`~evaldag.engine.requests.CausalTrace` request: the exe
 batches the cells (two forward passes per batch) and caches each one.
 
 Per edit the value holds the [positions x layers] grid, the corrupted ("low") and clean
-("high") scores, the subject's token range and the peak cell. ``agg_value`` is the mean
-over edits of the largest indirect effect, ``max(grid) - low``.
+("high") scores, the subject's token range, the peak cell, and ROME's two sites as rows
+(``subject_last``, ``last``: best layer, its depth, its indirect effect). ``agg_value``
+is the mean over edits of the largest indirect effect, ``max(grid) - low``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def causal_trace(base_model: Any, edits: list[dict], params: TraceParams, emb_st
                 cells.append(CausalTrace(req.ids, req.subject, noise, params.samples, params.seed, params.restore,
                                          layer, t, window, b.answer))
     got = yield [("base_model", c) for c in cells]
-    vbi, at, effects, at_last = {}, 0, [], []
+    vbi, at, effects, at_last, sites = {}, 0, [], [], {"subject_last": [], "last": []}
     for (i, req), b in zip(traced, base):
         n = len(req.ids) * b.n_layers
         grid = np.array([g.prob for g in got[at : at + n]], dtype=np.float64).reshape(len(req.ids), b.n_layers)
@@ -92,12 +93,31 @@ def causal_trace(base_model: Any, edits: list[dict], params: TraceParams, emb_st
         t, layer = (int(x) for x in np.unravel_index(int(np.argmax(grid)), grid.shape))
         effects.append(float(grid.max()) - b.prob)
         at_last.append(t == req.subject[1] - 1)
-        vbi[str(i)] = {"scores": grid.tolist(), "low": b.prob, "high": b.clean_prob, "subject": list(req.subject),
-                       "tokens": [enc.decode([x], skip_special_tokens=False) for x in req.ids],
-                       "answer_id": b.answer, "answer": enc.decode([b.answer], skip_special_tokens=False),
-                       "peak": [t, layer], "peak_score": float(grid.max())}
+        item = {"scores": grid.tolist(), "low": b.prob, "high": b.clean_prob, "subject": list(req.subject),
+                "tokens": [enc.decode([x], skip_special_tokens=False) for x in req.ids],
+                "answer_id": b.answer, "answer": enc.decode([b.answer], skip_special_tokens=False),
+                "peak": [t, layer], "peak_score": float(grid.max())}
+        for site, pos in (("subject_last", req.subject[1] - 1), ("last", len(req.ids) - 1)):
+            item[site] = _site(grid[pos], b.prob, pos)
+            sites[site].append(item[site])
+        vbi[str(i)] = item
     if not vbi:
         return Result.nan("no edits to trace")
-    return Result(agg_value=float(np.mean(effects)), value_by_index=vbi,
-                  extra={"restore": params.restore, "window": window, "noise": noise, "samples": params.samples,
-                         "peak_at_last_subject_token": float(np.mean(at_last))})
+    extra = {"restore": params.restore, "window": window, "noise": noise, "samples": params.samples,
+             "peak_at_last_subject_token": float(np.mean(at_last))}
+    for site, rows in sites.items():
+        extra[f"{site}_effect"] = float(np.mean([r["effect"] for r in rows]))
+        extra[f"{site}_depth"] = float(np.mean([r["depth"] for r in rows]))
+    return Result(agg_value=float(np.mean(effects)), value_by_index=vbi, extra=extra)
+
+
+def _site(row: np.ndarray, low: float, position: int) -> dict:
+    """One position's row of the grid: its best layer, that layer's relative depth
+    (0 first, 1 last) and its indirect effect (score - low). ROME's two sites are rows:
+    the subject's last token (its "early site", in the middle layers of a large model)
+    and the last token (the "late site"). The grid's overall peak says little for
+    ``restore="hidden"``: restoring the last token's final state gives back the clean
+    output exactly, so that cell always scores "high"."""
+    best = int(np.argmax(row))
+    return {"position": int(position), "best_layer": best, "depth": best / max(1, len(row) - 1),
+            "effect": float(row[best]) - low}

@@ -51,6 +51,8 @@ def test_edit_shows_real_signal(edited, cache_dir):
     svg = heatmap_svg(trace, "edit 0")
     values = [float(x) for x in re.findall(r'data-value="([^"]+)"', svg)]
     assert values == pytest.approx([p for row in trace["scores"] for p in row], rel=1e-5)
+    sub = trace["subject_last"]
+    assert f"subject's last token: layer {sub['best_layer']} (+{sub['effect']:.3f})" in svg.replace("&#x27;", "'")
 
 
 def test_preflight_refuses_bad_input_before_any_forward(edited, tmp_path):

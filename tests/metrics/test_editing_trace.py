@@ -40,6 +40,15 @@ def test_trace_equals_hand_loop(hf, cache_dir, restore, window):
     assert got["high"] == pytest.approx(high, abs=1e-6)
     np.testing.assert_allclose(np.array(got["scores"]), want, atol=2e-5)
     assert low < high
+    # ROME's two sites are rows of the grid: the subject's last token and the last token
+    for site, pos in (("subject_last", subject[1] - 1), ("last", len(ids) - 1)):
+        assert got[site]["position"] == pos and got[site]["best_layer"] == int(np.argmax(want[pos]))
+        assert got[site]["effect"] == pytest.approx(want[pos].max() - low, abs=3e-5)
+        assert got[site]["depth"] == got[site]["best_layer"] / (want.shape[1] - 1)
+    extra = res["trace"].extra
+    assert extra["subject_last_effect"] == got["subject_last"]["effect"] and extra["last_depth"] == got["last"]["depth"]
+    if restore == "hidden":  # the last token's final state restored is the clean run: that cell is "high"
+        assert got["scores"][-1][-1] == pytest.approx(high, abs=1e-6)
     # each (position, layer) cell is its own cached request, served in batches: few forwards per cell
     st = res.executor["by_kind"]["causal_trace"]
     assert st["unique"] == len(ids) * 2 + 1
