@@ -11,9 +11,9 @@ on a cold cache (``--repeat`` times, the median is printed) and reads run.json:
 * rows per rank (``executor.by_rank``), wall time of the command and of the run,
   the executor's time and the gather overhead (rank 0's time in result exchanges,
   waiting for the slowest rank included);
-* with CUDA devices (NCCL, one device per rank): tokens/s per device and the scaling
-  efficiency ``tokens/s(N) / (N * tokens/s(1))`` over the executor's time. Without CUDA
-  the ranks are CPU processes over gloo and the script says that no GPU figures exist.
+* tokens/s per rank and the scaling efficiency ``tokens/s(N) / (N * tokens/s(1))`` over
+  the executor's time: with CUDA devices (NCCL, one device per rank) per device; without
+  CUDA the ranks are CPU processes over gloo, and the script says these are no GPU figures.
 
 The default work is the full default TOFU graph on the tiny test checkpoints, which
 says how the machinery behaves, not how a model that fills a device scales: for that,
@@ -103,10 +103,10 @@ def main() -> int:
         share = r["gather_s"] / r["executor_s"] if r["executor_s"] else 0.0
         print(f"| {n} | {' / '.join(map(str, r['rows']))} | {r['wall']:.2f} | {r['run_wall']:.2f} | "
               f"{r['executor_s']:.2f} | {r['gather_s']:.3f} | {share:.1%} | {r['eval'] == base['eval']} |")
+    unit = "device" if gpus else "CPU rank"
     if not gpus:
-        print("\nNo CUDA device: tokens/s per GPU and scaling efficiency are printed only on a GPU machine.")
-        return 0
-    print("\n| ranks | tokens/s per device | total tokens/s | scaling efficiency |")
+        print("\nNo CUDA device: the figures below are CPU processes sharing this machine's cores, not GPUs.")
+    print(f"\n| ranks | tokens/s per {unit} | total tokens/s | scaling efficiency |")
     print("| --- | --- | --- | --- |")
     tps1 = base["tokens"] / base["executor_s"] / counts[0]
     for n, r in results.items():
