@@ -71,15 +71,20 @@ class Cache:
         return 0 if self.read_only else sweep_temps(self.root)
 
     def info(self) -> dict:
+        """Counts and sizes; reads only (a damaged request database is named, not repaired)."""
         files = list(self.nodes.entries())
         req = self.requests.path
-        return {
+        rows, problem = self.requests.peek_count()
+        out = {
             "root": str(self.root),
             "nodes": len(files),
             "node_bytes": sum(f.stat().st_size for f in files),
-            "requests": self.requests.count(),
+            "requests": rows,
             "request_bytes": req.stat().st_size if req.exists() else 0,
         }
+        if problem:
+            out["requests_problem"] = f"{problem}; `evaldag cache verify --repair` moves it aside, a run rebuilds it"
+        return out
 
     def verify(self) -> list[str]:
         """``"path: why"`` for each node entry that fails its checks, and for a damaged request database."""

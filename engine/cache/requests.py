@@ -210,6 +210,20 @@ class RequestStore:
                     pass
             raise
 
+    def peek_count(self) -> tuple[int, str | None]:
+        """(rows, problem) read through a read-only connection: ``cache info`` reports a
+        damaged database instead of moving it aside as a run (or ``verify --repair``) does."""
+        if not self.path.exists() or not self._check_links():
+            return 0, None
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+            try:
+                return int(conn.execute("SELECT COUNT(*) FROM results").fetchone()[0]), None
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            return 0, f"{self.path}: {e}"
+
     def count(self) -> int:
         if not self.path.exists():
             return 0

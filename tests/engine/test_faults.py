@@ -59,7 +59,13 @@ def test_a_damaged_request_database_is_moved_aside_and_rebuilt(tmp_path, damage)
 def test_cache_verify_checks_and_repairs_the_request_database(tmp_path, capsys):
     cache = tmp_path / "cache"
     _baseline(cache)
-    DAMAGES["zero-page-2"](cache / "requests.sqlite")
+    assert Cache(cache).info()["requests"] == Cache(cache).requests.count() > 0
+    DAMAGES["zero-first-100-bytes"](cache / "requests.sqlite")
+    before = (cache / "requests.sqlite").read_bytes()
+    assert cli.main(["cache", "info", "--cache-dir", str(cache)]) == 0  # info reads: names the damage, moves nothing
+    info = json.loads(capsys.readouterr().out)
+    assert info["requests"] == 0 and str(cache / "requests.sqlite") in info["requests_problem"]
+    assert (cache / "requests.sqlite").read_bytes() == before and not list(cache.glob("requests.sqlite.damaged-*"))
     assert cli.main(["cache", "verify", "--cache-dir", str(cache)]) == 1
     assert f"corrupt: {cache / 'requests.sqlite'}" in capsys.readouterr().out
     with pytest.warns(DamagedDatabaseWarning):
