@@ -30,6 +30,7 @@ from evaldag.metrics.fairness.weat_p_value import PValueParams
 from evaldag.metrics.fairness.word_sets import HFSource, lookup_from_value, set_node
 
 from ..conftest_models import one_thread, resource, tokenizer
+from ..wefe_compare import worst_diff
 
 # the module, not the package's ``weat`` function of the same name
 weat_module = importlib.import_module("evaldag.metrics.fairness.weat")
@@ -40,9 +41,6 @@ PUBLIC = json.loads((FIX / "wefe_reference_public.json").read_text())["results"]
 EXTRA = json.loads((FIX / "wefe_reference_extra.json").read_text())
 WORD_SETS = json.loads((FIX / "wefe_word_sets.json").read_text())
 LOOKUP_ARGS = ("lost_vocabulary_threshold", "preprocessors", "strategy", "normalize")
-PER_WORD = ("distance_by_word", "negative_sentiment_probabilities", "negative_sentiment_distribution",
-            "targets_eval", "word_values")
-
 
 # -- helpers ------------------------------------------------------------------------------
 def case_inputs(case: dict) -> tuple[LookupOptions, MetricSettings]:
@@ -66,25 +64,6 @@ def case_inputs(case: dict) -> tuple[LookupOptions, MetricSettings]:
     rnd = RndParams(distance=args.pop("distance", "norm"))
     assert not args, f"argument(s) this test does not map: {args}"
     return LookupOptions(**look), MetricSettings(weat=weat, rnsb=rnsb, rnd=rnd)
-
-
-def worst_diff(ours: Any, ref: Any, path: str = "") -> float:
-    """Max |ours - ref| over ref's numbers; ref's keys must be in ours, per-word dicts in ref's order."""
-    if isinstance(ref, dict):
-        assert isinstance(ours, dict), path
-        missing = [k for k in ref if k not in ours]
-        assert not missing, f"{path}: missing {missing}"
-        if path.rsplit("/", 1)[-1] in PER_WORD:
-            assert [k for k in ours if k in ref] == list(ref), f"{path}: key order differs from WEFE's"
-        return max((worst_diff(ours[k], ref[k], f"{path}/{k}") for k in ref), default=0.0)
-    if ref is None:  # WEFE's NaN, written as null
-        assert isinstance(ours, float) and math.isnan(ours), (path, ours)
-        return 0.0
-    if isinstance(ref, str):
-        assert ours == ref, (path, ours, ref)
-        return 0.0
-    assert not math.isnan(ours), path
-    return abs(ours - ref)
 
 
 def run_cases(cases: list[dict], queries: dict, vectors: Any, cache: Path):

@@ -49,6 +49,8 @@ from evaldag.metrics.fairness.weat import (
     weat_score,
 )
 
+from ..wefe_compare import worst_diff
+
 FIX = Path(__file__).parents[1] / "fixtures" / "wefe"
 METRICS = {"WEAT": weat, "RND": rnd, "RNSB": rnsb, "MAC": mac, "ECT": ect, "RIPA": ripa}
 LOOKUP_ARGS = {"lost_vocabulary_threshold", "preprocessors", "strategy", "normalize"}
@@ -91,30 +93,6 @@ def _run(vecs: WordVectors, query: Query, metric: str, args: dict, case: dict) -
     return METRICS[metric](lookup_query(vecs, query, **lookup_args), **metric_args)
 
 
-def _diff(ours, ref, path: str = "") -> float:
-    """Max |ours - ref| over ref's numbers; keys and their order must agree; None = NaN."""
-    if isinstance(ref, dict):
-        assert isinstance(ours, dict), path
-        assert set(ref) <= set(ours), (path, sorted(set(ref) - set(ours)))
-        if path.rsplit("/", 1)[-1] in (
-            "distance_by_word",
-            "negative_sentiment_probabilities",
-            "negative_sentiment_distribution",
-            "targets_eval",
-            "word_values",
-        ):
-            assert list(ours) == list(ref), f"{path}: key order differs"
-        return max([_diff(ours[k], ref[k], f"{path}/{k}") for k in ref], default=0.0)
-    if ref is None:
-        assert ours is None or (isinstance(ours, float) and math.isnan(ours)), (path, ours)
-        return 0.0
-    if isinstance(ref, str):
-        assert ours == ref, (path, ours, ref)
-        return 0.0
-    assert not math.isnan(ours), path
-    return abs(ours - ref)
-
-
 # -- the shared reference (WEFE 1.0.1) ----------------------------------------------------
 @pytest.mark.parametrize(
     "case",
@@ -124,7 +102,7 @@ def _diff(ours, ref, path: str = "") -> float:
 def test_public_reference(vectors, case):
     query = Query.from_dict(WORD_SETS[case["query_id"]])
     ours = _run(vectors, query, case["metric"], case["args"], case)
-    assert _diff(ours, case["output"]) <= TOL.get(case["metric"], 1e-6)
+    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], 1e-6)
     if case["args"].get("calculate_p_value"):  # WEFE's sampler replayed: the same p exactly
         assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
 
@@ -168,7 +146,7 @@ def test_rnsb_liblinear_replay_is_much_closer_than_required(vectors):
         query = Query.from_dict(WORD_SETS[case["query_id"]])
         for solver in worst:
             ours = _run(vectors, query, "RNSB", dict(case["args"], solver=solver), case)
-            worst[solver] = max(worst[solver], _diff(ours, case["output"]))
+            worst[solver] = max(worst[solver], worst_diff(ours, case["output"], same_keys_order=True, none_ok=True))
     assert worst["liblinear"] < 1e-8
     assert 1e-7 < worst["exact"] < 1e-4  # the optimum itself is farther from sklearn
 
@@ -185,7 +163,7 @@ def test_extra_reference(vectors_extra, case):
             _run(vectors_extra, query, case["metric"], case["args"], case)
         return
     ours = _run(vectors_extra, query, case["metric"], case["args"], case)
-    assert _diff(ours, case["output"]) <= TOL.get(case["metric"], 1e-6)
+    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], 1e-6)
     if case["args"].get("calculate_p_value"):
         assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
     if case["output"]["result"] is None:
