@@ -124,9 +124,11 @@ def test_which_way_serves_which_model(monkeypatch):
         assert hf_grad.GradNormRunner(gpt2, None, mode="ghost").way() == "one_row"
 
 
-def test_a_ghost_rule_that_disagrees_on_the_first_row_is_dropped(monkeypatch):
+@pytest.mark.parametrize("first_p", [2.0, 1.0])  # p = 1 first: the check waits for a row ghost norms serve
+def test_a_ghost_rule_that_disagrees_on_the_first_row_is_dropped(monkeypatch, first_p):
     res = HFModel(str(TINY_LLAMA / "target"))
     reqs = grad_requests(res, 12)[:-2]
+    reqs[0] = GradNorm(reqs[0].context_ids, reqs[0].continuation_ids, p=first_p)
     adapter = HFAdapter(res.load().model, res.load().tokenizer)
     good = hf_grad.ghost_norms
     monkeypatch.setattr(hf_grad, "ghost_norms", lambda *a: {k: v * 1.01 for k, v in good(*a).items()})
