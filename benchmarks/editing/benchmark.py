@@ -34,7 +34,8 @@ class EditingBenchmark(Benchmark):
     description = "knowledge editing: weight-delta norms, perplexity, efficacy/generalisation/specificity, causal trace"
     Config = EditingConfig
     metadata = {"licence": "the shipped edits and texts are invented by evaldag (Apache-2.0), built from the demo's "
-                           "fictitious authors by benchmarks/editing/make_assets.py"}
+                           "fictitious authors by benchmarks/editing/make_assets.py; the trace model in assets/tracer and its "
+                           "facts, edits and texts are made by benchmarks/editing/make_tracer.py (Apache-2.0 too)"}
     resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,8 @@ class EditingBenchmark(Benchmark):
         g.add_argument("--norm", choices=["fro", "spectral"], default="fro", help="EDITING: norm of the down-projection delta")
         g.add_argument("--ppl-max-length", type=positive_int, default=None, help="EDITING: perplexity window (default: the model's context, at most 1024)")
         g.add_argument("--ppl-stride", type=positive_int, default=None, help="EDITING: perplexity stride (default: half the window)")
+        g.add_argument("--ppl-per-text", action="store_true",
+                       help="EDITING: perplexity of each text alone, averaged (lm-debugger's), not of the texts joined (HF's)")
         g.add_argument("--trace-samples", type=positive_int, default=10, help="EDITING: corrupted copies per trace cell")
         g.add_argument("--trace-noise", type=float, default=None, help="EDITING: absolute noise std (default: 3 x the subject-embedding std)")
         g.add_argument("--trace-seed", type=int, default=1, help="EDITING: seed of the trace noise (ROME: 1)")
@@ -60,6 +63,7 @@ class EditingBenchmark(Benchmark):
             model=args.model, base_model=args.base_model, edits=args.edits, texts=args.texts,
             metrics=self.metrics_from_args(args), dtype=args.dtype, device=args.device,
             layers=_ints(args.edit_layers), norm=args.norm, max_length=args.ppl_max_length, stride=args.ppl_stride,
+            ppl_per_text=args.ppl_per_text,
             trace_samples=args.trace_samples, trace_noise=args.trace_noise, trace_seed=args.trace_seed,
             trace_window=args.trace_window, trace_edits=_ints(args.trace_edits), trace_occurrence=args.trace_occurrence)
 

@@ -46,6 +46,7 @@ class EditingConfig(BaseModel):
     norm: Literal["fro", "spectral"] = "fro"
     max_length: int | None = Field(None, ge=2)
     stride: int | None = Field(None, gt=0)
+    ppl_per_text: bool = False      # mean of per-text perplexities (lm-debugger) instead of HF's joined texts
     trace_samples: int = Field(10, gt=0)
     trace_noise: float | None = None
     trace_noise_factor: float = 3.0

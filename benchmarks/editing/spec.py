@@ -43,7 +43,7 @@ def window(cfg: EditingConfig) -> tuple[int, int]:
 
 def recipes(cfg: EditingConfig) -> dict[str, Callable[[], Node]]:
     max_length, stride = window(cfg)
-    ppl = {"max_length": max_length, "stride": stride}
+    ppl = {"max_length": max_length, "stride": stride, "per_text": cfg.ppl_per_text}
     trace = {"samples": cfg.trace_samples, "noise": cfg.trace_noise, "noise_factor": cfg.trace_noise_factor,
              "seed": cfg.trace_seed, "edits": cfg.trace_edits, "occurrence": cfg.trace_occurrence, "answer": cfg.trace_answer}
     return {

@@ -129,7 +129,9 @@ def test_editing_and_tofu_options_parse_together(order):
     p = argparse.ArgumentParser(conflict_handler="resolve")
     for name in order:
         BENCHMARKS.get(name).add_arguments(p)
-    args = p.parse_args(["--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3"])
+    args = p.parse_args(["--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3", "--ppl-per-text"])
     assert (args.model, args.base_model, args.retain_model, args.trace_samples) == ("m", "b", "r", 3)
     cfg = BENCHMARKS.get("editing").config_from_args(argparse.Namespace(**vars(args), metrics=None, benchmarks=list(order)))
-    assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3
+    assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3 and cfg.ppl_per_text is True
+    ppl = [n for n in spec.nodes(cfg) if n.name.startswith("perplexity")]
+    assert len(ppl) == 3 and all(n.params.per_text for n in ppl)
