@@ -1,15 +1,18 @@
-"""Make an edited checkpoint for the demo and the tests: a few fine-tuning steps on one matrix.
+"""Make an edited checkpoint for the demo and the tests: one MLP down-projection changed.
 
     python -m evaldag.benchmarks.editing.make_edit BASE_DIR OUT_DIR [--edits FILE] [--layer L]
+                                                   [--method finetune|rome] [--corpus TEXTS]
 
-Only layer L's MLP down-projection is trained (Adam, ``STEPS`` full-batch steps) to make
-each edit's ``target_new`` likely after its prompt (mean NLL over the target's tokens), so
-the weight-delta norms are non-zero on layer L alone. ROME's rank-one closed form was
-tried first: on the 2-layer demo model even an unconstrained vector added to the
-down-projection output at the subject's last token moved P(target_new) to at most 3e-4
-(the model reads the fact elsewhere), so the demo uses fine-tuning, the other recipe
-issue 13 allows. Deterministic (seeded, one thread). torch and transformers are
-imported inside functions.
+Only layer L's MLP down-projection changes, so the weight-delta norms are non-zero on
+layer L alone. ``finetune`` (default) trains it (Adam, ``STEPS`` full-batch steps) to make
+each edit's ``target_new`` likely after its prompt (mean NLL over the target's tokens).
+``rome`` makes ROME's rank-one closed form (``rome_edit.py``), one edit after another, with
+the key covariance from ``--corpus``. ROME needs the fact to be read from that matrix at
+the subject's last token: on the shipped trace model (assets/tracer, layer 2) it edits
+every fact and leaves the neighbours alone; on the 2-layer demo model even an
+unconstrained vector added there moved P(target_new) to at most 3e-4 (the model reads
+the fact elsewhere), so the demo uses fine-tuning. Deterministic (seeded, one thread).
+torch and transformers are imported inside functions.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from ...engine.adapters.hf_encoder import HFEncoder
 from ...engine.adapters.layer_names import layer_names
 from ...metrics.editing.prompts import encode, target_ids
-from .data import load_edits
+from .data import load_edits, load_texts
 
 STEPS, LR = 30, 1e-2
 
@@ -60,9 +63,29 @@ def finetune_edits(model: Any, tok: Any, edits: list[dict], layer: int, steps: i
         return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
 
 
+def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list[str]) -> list[float]:
+    """ROME's rank-one update of layer ``layer``'s down-projection, edit after edit; P(target_new) per token after."""
+    import torch
+
+    from .rome_edit import key_covariance, rome_update
+
+    enc, down = HFEncoder(tok), _down(model, layer)
+    if not isinstance(down, torch.nn.Linear):
+        raise ValueError(f"ROME here edits an nn.Linear down-projection; layer {layer}'s is {type(down).__name__}")
+    cov = key_covariance(model, down, enc, corpus)
+    for e in edits:
+        rome_update(model, down, enc, e, cov)
+    with torch.no_grad():
+        return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
+
+
 def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: list[dict] | None = None,
-                           layer: int = 1, steps: int = STEPS) -> list[float]:
-    """Load ``base_dir``, apply the edits at ``layer``, save to ``out_dir`` (tokenizer files copied)."""
+                           layer: int = 1, steps: int = STEPS, method: str = "finetune",
+                           corpus: list[str] | None = None) -> list[float]:
+    """Load ``base_dir``, apply the edits at ``layer``, save to ``out_dir`` (tokenizer files copied).
+
+    ``method="rome"`` makes ROME's rank-one update instead of fine-tuning; ``corpus``
+    (texts) gives its key covariance, by default the shipped perplexity texts."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -75,7 +98,12 @@ def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: lis
         n = model.config.num_hidden_layers
         if not 0 <= layer < n:
             raise ValueError(f"layer {layer} is out of range: the model has {n} layers")
-        probs = finetune_edits(model, tok, edits, layer, steps)
+        if method == "rome":
+            probs = rome_edits(model, tok, edits, layer, corpus or [t["text"] for t in load_texts()])
+        elif method == "finetune":
+            probs = finetune_edits(model, tok, edits, layer, steps)
+        else:
+            raise ValueError(f"unknown edit method {method!r}: expected 'finetune' or 'rome'")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     for f in base.iterdir():
@@ -90,10 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--edits", default=None, help="edit file (default: the shipped set)")
     p.add_argument("--layer", type=int, default=1)
-    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--steps", type=int, default=STEPS, help="fine-tuning steps")
+    p.add_argument("--method", choices=["finetune", "rome"], default="finetune",
+                   help="fine-tune the down-projection, or ROME's rank-one closed form")
+    p.add_argument("--corpus", default=None, help="ROME: texts for the key covariance (default: the shipped texts)")
     args = p.parse_args(argv)
-    probs = make_edited_checkpoint(args.base_dir, args.out_dir, load_edits(args.edits), args.layer, args.steps)
-    print(f"edited {len(probs)} facts at layer {args.layer}; P(target_new) per token after the edit: "
+    corpus = [t["text"] for t in load_texts(args.corpus)] if args.corpus else None
+    probs = make_edited_checkpoint(args.base_dir, args.out_dir, load_edits(args.edits), args.layer, args.steps,
+                                   args.method, corpus)
+    print(f"edited {len(probs)} facts at layer {args.layer} ({args.method}); P(target_new) per token after the edit: "
           + ", ".join(f"{x:.3f}" for x in probs))
     return 0
 

@@ -1,0 +1,105 @@
+"""ROME's rank-one edit of one MLP down-projection (Meng et al. 2022, §3), for tiny models.
+
+The down-projection W is read as a key-value memory: its input at the subject's last
+token is the key k, its output the value. ROME picks
+
+* the key k* = the mean of that input over the edit's prompts (the rewrite prompt and its
+  paraphrases; ROME also samples generated prefixes);
+* the value v* = W k* + delta, with delta found by gradient descent so that, written at the
+  subject's last token, it makes ``target_new`` likely after every prompt (NLL plus ROME's
+  weight decay on |delta| / |W k*|^2, delta clamped to ``clamp`` x |W k*|);
+* the update W' = W + (v* - W k*) (C^-1 k*)^T / ((C^-1 k*)^T k*), which maps k* to v* and
+  changes W's output least on keys distributed as the covariance C = E[k k^T].
+
+C comes from ``corpus`` (ROME: 100,000 Wikipedia samples; here whatever texts the caller
+passes, every token of each), with a small ridge for keys the corpus never spans. ROME's KL
+term on "{subject} is a" is left out: it protects the subject's other attributes, which
+the shipped edits do not measure. Edits are applied one after another (rank one each).
+torch is imported inside functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...engine.adapters.hf_encoder import HFEncoder
+from ...metrics.editing.prompts import encode, subject_range, target_ids
+
+STEPS, LR, WEIGHT_DECAY, CLAMP, RIDGE = 60, 0.5, 0.5, 4.0, 1e-2
+
+
+def _down_proj_input(model: Any, down: Any, batches: list[list[int]]) -> Any:
+    """Every token's input to ``down`` over ``batches`` of ids: (tokens, keys)."""
+    import torch
+
+    rows = []
+    hook = down.register_forward_hook(lambda _m, inp, _out: rows.append(inp[0][0].detach()))
+    try:
+        with torch.no_grad():
+            for ids in batches:
+                model(torch.tensor([ids]))
+    finally:
+        hook.remove()
+    return torch.cat(rows).double()
+
+
+def key_covariance(model: Any, down: Any, encoder: HFEncoder, corpus: list[str]) -> Any:
+    """ROME's second moment E[k k^T] of the down-projection's inputs over ``corpus``."""
+    keys = _down_proj_input(model, down, [list(encode(encoder, t)) for t in corpus])
+    return keys.T @ keys / keys.shape[0]
+
+
+def _key(model: Any, down: Any, encoder: HFEncoder, prompt: str, subject: str) -> tuple[list[int], int, Any]:
+    ids = list(encode(encoder, prompt))
+    last = subject_range(encoder, ids, subject, prompt)[1] - 1
+    return ids, last, _down_proj_input(model, down, [ids])[last]
+
+
+def rome_update(model: Any, down: Any, encoder: HFEncoder, edit: dict, cov: Any,
+                steps: int = STEPS, lr: float = LR) -> float:
+    """Apply one edit to ``down`` (an ``nn.Linear``) in place; returns |delta W| (Frobenius)."""
+    import torch
+
+    prompts = [edit["prompt"], *edit.get("paraphrase_prompts", [])]
+    found = [_key(model, down, encoder, p, edit["subject"]) for p in prompts]
+    k = torch.stack([f[2] for f in found]).mean(0)
+    weight = down.weight
+    v0 = (weight.detach().double() @ k).to(weight.dtype)
+    delta = torch.zeros_like(v0, requires_grad=True)
+    tgt = list(target_ids(encoder, edit["target_new"]))
+    opt = torch.optim.Adam([delta], lr=lr)
+    state = {"at": None}
+
+    def add_delta(_m, _inp, out):
+        if state["at"] is None:
+            return out
+        out = out.clone()
+        out[0, state["at"]] += delta
+        return out
+
+    hook = down.register_forward_hook(add_delta)
+    try:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for _ in range(steps):
+            opt.zero_grad()
+            nll = 0.0
+            for ids, last, _ in found:
+                state["at"] = last
+                logp = torch.log_softmax(model(torch.tensor([ids + tgt])).logits[0].float(), -1)
+                rows = torch.arange(len(ids) - 1, len(ids) - 1 + len(tgt))
+                nll = nll - logp[rows, torch.tensor(tgt)].mean()
+            loss = nll / len(found) + WEIGHT_DECAY * delta.norm() / v0.norm() ** 2  # ROME's: |delta|, not squared
+            loss.backward()
+            opt.step()
+            with torch.no_grad():  # ROME's clamp on |delta|
+                limit = CLAMP * v0.norm()
+                if delta.norm() > limit:
+                    delta.mul_(limit / delta.norm())
+    finally:
+        hook.remove()
+    ck = torch.linalg.solve(cov + RIDGE * torch.eye(cov.shape[0], dtype=cov.dtype), k)
+    change = torch.outer(delta.detach().double(), ck) / (ck @ k)
+    with torch.no_grad():
+        weight += change.to(weight.dtype)
+    return float(change.norm())
