@@ -63,10 +63,11 @@ def finetune_edits(model: Any, tok: Any, edits: list[dict], layer: int, steps: i
         return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
 
 
-def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list[str]) -> list[float]:
+def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list[str], steps: int | None = None) -> list[float]:
     """ROME's rank-one update of layer ``layer``'s down-projection, edit after edit; P(target_new) per token after."""
     import torch
 
+    from .rome_edit import STEPS as ROME_STEPS
     from .rome_edit import key_covariance, rome_update
 
     enc, down = HFEncoder(tok), _down(model, layer)
@@ -74,18 +75,24 @@ def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list
         raise ValueError(f"ROME here edits an nn.Linear down-projection; layer {layer}'s is {type(down).__name__}")
     cov = key_covariance(model, down, enc, corpus)
     for e in edits:
-        rome_update(model, down, enc, e, cov)
+        rome_update(model, down, enc, e, cov, steps=steps or ROME_STEPS)
     with torch.no_grad():
         return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
 
 
 def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: list[dict] | None = None,
-                           layer: int = 1, steps: int = STEPS, method: str = "finetune",
+                           layer: int = 1, steps: int | None = None, method: str = "finetune",
                            corpus: list[str] | None = None) -> list[float]:
     """Load ``base_dir``, apply the edits at ``layer``, save to ``out_dir`` (tokenizer files copied).
 
-    ``method="rome"`` makes ROME's rank-one update instead of fine-tuning; ``corpus``
-    (texts) gives its key covariance, by default the shipped perplexity texts."""
+    ``steps`` defaults to the method's own (fine-tuning 30, ROME's value search 60).
+    ``method="rome"`` makes ROME's rank-one update instead of fine-tuning and needs
+    ``corpus`` (texts) for its key covariance: texts the metrics do not score."""
+    if method not in ("finetune", "rome"):
+        raise ValueError(f"unknown edit method {method!r}: expected 'finetune' or 'rome'")
+    if method == "rome" and not corpus:
+        raise ValueError("ROME needs a corpus (--corpus TEXTS) for its key covariance, e.g. the trace model's "
+                         "corpus.json; keep it apart from the texts the metrics score")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,11 +106,12 @@ def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: lis
         if not 0 <= layer < n:
             raise ValueError(f"layer {layer} is out of range: the model has {n} layers")
         if method == "rome":
-            probs = rome_edits(model, tok, edits, layer, corpus or [t["text"] for t in load_texts()])
-        elif method == "finetune":
-            probs = finetune_edits(model, tok, edits, layer, steps)
+            probs = rome_edits(model, tok, edits, layer, corpus, steps)
         else:
-            raise ValueError(f"unknown edit method {method!r}: expected 'finetune' or 'rome'")
+            probs = finetune_edits(model, tok, edits, layer, steps or STEPS)
+        bad = [name for name, w in model.named_parameters() if not torch.isfinite(w).all()]
+        if bad:
+            raise ValueError(f"the edit left non-finite weights in {', '.join(bad)}; nothing was written to {out}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     for f in base.iterdir():
@@ -118,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--edits", default=None, help="edit file (default: the shipped set)")
     p.add_argument("--layer", type=int, default=1)
-    p.add_argument("--steps", type=int, default=STEPS, help="fine-tuning steps")
+    p.add_argument("--steps", type=int, default=None, help="optimisation steps (default: fine-tuning 30, ROME 60)")
     p.add_argument("--method", choices=["finetune", "rome"], default="finetune",
                    help="fine-tune the down-projection, or ROME's rank-one closed form")
-    p.add_argument("--corpus", default=None, help="ROME: texts for the key covariance (default: the shipped texts)")
+    p.add_argument("--corpus", default=None, help="ROME (required): texts for the key covariance, apart from the scored ones")
     args = p.parse_args(argv)
     corpus = [t["text"] for t in load_texts(args.corpus)] if args.corpus else None
     probs = make_edited_checkpoint(args.base_dir, args.out_dir, load_edits(args.edits), args.layer, args.steps,

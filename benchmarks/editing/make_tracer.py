@@ -11,8 +11,9 @@ route: attention brings the name to the prompt's last token in the first layer a
 MLPs there look the answer up (docs/editing.md lists the designs that showed only that
 late site). This model makes the long route the only one:
 
-* blocks 0-3 attend to the previous token only (Qwen2's per-layer sliding window of 2),
-  so no position but the surname holds the whole name before block 4;
+* blocks 0-3 see only the previous token and their own (Qwen2's per-layer sliding window
+  of 2), so the name moves one position per block and cannot reach the prompt's last
+  token before block 4;
 * only blocks 2 and 3 have an MLP (the others' down-projections are zero and never
   trained): blocks 0-1 join first name and surname at the surname, the MLPs of blocks 2-3
   can only look the attributes up there, and blocks 4-5 can only move them to the last
@@ -65,7 +66,7 @@ SPECIALS = ("<|endoftext|>", "<pad>")
 TRACER = Path(__file__).resolve().parent / "assets" / "tracer"
 #: what the builder writes (an older copy of each is removed first, so the manifest lists exactly these)
 OUTPUTS = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-           "facts.json", "edits.json", "texts.json", "manifest.json")
+           "facts.json", "edits.json", "texts.json", "corpus.json", "manifest.json")
 
 
 def facts(n: int = N_SUBJECTS, seed: int = SEED) -> list[dict]:
@@ -106,6 +107,16 @@ def edits(rows: list[dict], n: int = 8, seed: int = SEED) -> list[dict]:
 def texts(rows: list[dict], n_edits: int = 8) -> list[dict]:
     """Perplexity texts: every stated fact of the people no edit touches, one sentence per relation."""
     return [{"text": ts[0].format(s=r["subject"]) + " " + r[key] + "."} for r in rows[n_edits:] for key, _, ts in RELATIONS]
+
+
+def corpus(rows: list[dict], n_edits: int = 8) -> list[dict]:
+    """Texts for ROME's key covariance, none of which a metric scores: every person's cards,
+    and the second question template stated for the people no edit touches (the edited
+    people's second template is their paraphrase prompt, which generalisation scores)."""
+    names = {r["subject"] for r in rows}
+    cards = [c + a for c, a in examples(rows) if c in names]
+    second = [ts[1].format(s=r["subject"]) + " " + r[key] + "." for r in rows[n_edits:] for key, _, ts in RELATIONS]
+    return [{"text": t} for t in cards + second]
 
 
 def _tokenizer(texts: list[str]) -> Any:
@@ -239,7 +250,8 @@ def train(out: str | Path, log: Any = print) -> dict:
                     first = tok(" " + r[key], add_special_tokens=False)["input_ids"][0]
                     probs.append(float(torch.softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)[first]))
     stats = {"p_answer_min": min(probs), "p_answer_mean": sum(probs) / len(probs), "seconds": time.time() - t0}
-    for name, obj in (("facts.json", rows), ("edits.json", edits(rows)), ("texts.json", texts(rows))):
+    for name, obj in (("facts.json", rows), ("edits.json", edits(rows)), ("texts.json", texts(rows)),
+                      ("corpus.json", corpus(rows))):
         (out / name).write_text(json.dumps(obj, indent=1) + "\n")
     log(f"P(answer's first token): min {stats['p_answer_min']:.3f}, mean {stats['p_answer_mean']:.3f}; {stats['seconds']:.0f} s")
     _write_manifest(out, stats)

@@ -3,8 +3,10 @@
 The down-projection W is read as a key-value memory: its input at the subject's last
 token is the key k, its output the value. ROME picks
 
-* the key k* = the mean of that input over the edit's prompts (the rewrite prompt and its
-  paraphrases; ROME also samples generated prefixes);
+* the key k* = that input after the edit's rewrite prompt (ROME averages it over the
+  prompt behind a few generated prefixes; a tiny model trained on names at the start of
+  a sentence has no use for prefixes, and the paraphrases stay unseen, for
+  generalisation to measure);
 * the value v* = W k* + delta, with delta found by gradient descent so that, written at the
   subject's last token, it makes ``target_new`` likely after every prompt (NLL plus ROME's
   weight decay on |delta| / |W k*|^2, delta clamped to ``clamp`` x |W k*|);
@@ -12,9 +14,10 @@ token is the key k, its output the value. ROME picks
   changes W's output least on keys distributed as the covariance C = E[k k^T].
 
 C comes from ``corpus`` (ROME: 100,000 Wikipedia samples; here whatever texts the caller
-passes, every token of each), with a small ridge for keys the corpus never spans. ROME's KL
-term on "{subject} is a" is left out: it protects the subject's other attributes, which
-the shipped edits do not measure. Edits are applied one after another (rank one each).
+passes, every token of each; keep them apart from the texts the metrics score), with a
+small ridge for keys the corpus never spans. ROME's KL term on "{subject} is a" is left
+out: it protects the subject's other attributes, which the shipped edits do not measure.
+Edits are applied one after another (rank one each).
 torch is imported inside functions.
 """
 
@@ -56,40 +59,36 @@ def _key(model: Any, down: Any, encoder: HFEncoder, prompt: str, subject: str) -
 
 
 def rome_update(model: Any, down: Any, encoder: HFEncoder, edit: dict, cov: Any,
-                steps: int = STEPS, lr: float = LR) -> float:
-    """Apply one edit to ``down`` (an ``nn.Linear``) in place; returns |delta W| (Frobenius)."""
+                steps: int = STEPS, lr: float = LR) -> Any:
+    """Apply one edit to ``down`` (an ``nn.Linear``) in place; returns the value shift delta = v* - W k*."""
     import torch
 
-    prompts = [edit["prompt"], *edit.get("paraphrase_prompts", [])]
-    found = [_key(model, down, encoder, p, edit["subject"]) for p in prompts]
-    k = torch.stack([f[2] for f in found]).mean(0)
+    ids, last, k = _key(model, down, encoder, edit["prompt"], edit["subject"])
     weight = down.weight
     v0 = (weight.detach().double() @ k).to(weight.dtype)
+    if float(v0.norm()) == 0.0:
+        raise ValueError(f"edit {edit['subject']!r}: this down-projection outputs zero at the subject's last token "
+                         "(a layer without a working MLP?); ROME scales its value by that output: pick another layer")
     delta = torch.zeros_like(v0, requires_grad=True)
     tgt = list(target_ids(encoder, edit["target_new"]))
     opt = torch.optim.Adam([delta], lr=lr)
-    state = {"at": None}
 
-    def add_delta(_m, _inp, out):
-        if state["at"] is None:
-            return out
+    def add_delta(_m, _inp, out):  # the candidate value, written at the subject's last token
         out = out.clone()
-        out[0, state["at"]] += delta
+        out[0, last] += delta
         return out
 
     hook = down.register_forward_hook(add_delta)
+    grads = {id(p): p.requires_grad for p in model.parameters()}
+    rows = torch.arange(len(ids) - 1, len(ids) - 1 + len(tgt))
     try:
         for p in model.parameters():
             p.requires_grad_(False)
         for _ in range(steps):
             opt.zero_grad()
-            nll = 0.0
-            for ids, last, _ in found:
-                state["at"] = last
-                logp = torch.log_softmax(model(torch.tensor([ids + tgt])).logits[0].float(), -1)
-                rows = torch.arange(len(ids) - 1, len(ids) - 1 + len(tgt))
-                nll = nll - logp[rows, torch.tensor(tgt)].mean()
-            loss = nll / len(found) + WEIGHT_DECAY * delta.norm() / v0.norm() ** 2  # ROME's: |delta|, not squared
+            logp = torch.log_softmax(model(torch.tensor([ids + tgt])).logits[0].float(), -1)
+            nll = -logp[rows, torch.tensor(tgt)].mean()
+            loss = nll + WEIGHT_DECAY * delta.norm() / v0.norm() ** 2  # ROME's: |delta|, not squared
             loss.backward()
             opt.step()
             with torch.no_grad():  # ROME's clamp on |delta|
@@ -98,8 +97,10 @@ def rome_update(model: Any, down: Any, encoder: HFEncoder, edit: dict, cov: Any,
                     delta.mul_(limit / delta.norm())
     finally:
         hook.remove()
+        for p in model.parameters():
+            p.requires_grad_(grads[id(p)])
     ck = torch.linalg.solve(cov + RIDGE * torch.eye(cov.shape[0], dtype=cov.dtype), k)
     change = torch.outer(delta.detach().double(), ck) / (ck @ k)
     with torch.no_grad():
         weight += change.to(weight.dtype)
-    return float(change.norm())
+    return delta.detach()

@@ -18,33 +18,34 @@ from evaldag.engine.adapters.hf_encoder import HFEncoder
 
 TRACER = make_tracer.TRACER
 EDITS = json.loads((TRACER / "edits.json").read_text())
-TEXTS = [t["text"] for t in json.loads((TRACER / "texts.json").read_text())]
+CORPUS = [t["text"] for t in json.loads((TRACER / "corpus.json").read_text())]  # no metric scores these
 
 
 def test_update_maps_the_key_to_the_value_and_nothing_c_orthogonal_moves():
     tok = AutoTokenizer.from_pretrained(str(TRACER))
     model = AutoModelForCausalLM.from_pretrained(str(TRACER), dtype=torch.float32).eval()
     enc, down, edit = HFEncoder(tok), model.model.layers[2].mlp.down_proj, EDITS[0]
-    cov = key_covariance(model, down, enc, TEXTS)
-    keys = torch.stack([_key(model, down, enc, p, edit["subject"])[2] for p in [edit["prompt"], *edit["paraphrase_prompts"]]])
-    k = keys.mean(0)
+    cov = key_covariance(model, down, enc, CORPUS)
+    k = _key(model, down, enc, edit["prompt"], edit["subject"])[2]
     before = down.weight.detach().double().clone()
-    norm = rome_update(model, down, enc, edit, cov, steps=5)
+    delta = rome_update(model, down, enc, edit, cov, steps=5).double()
     change = down.weight.detach().double() - before
-    assert torch.linalg.matrix_rank(change, rtol=1e-6) == 1 and float(torch.linalg.norm(change)) == pytest.approx(norm, rel=1e-5)
-    # the new value is written exactly at the key: W' k = W k + delta, delta along change's column space
+    assert float(delta.norm()) > 0 and torch.linalg.matrix_rank(change, rtol=1e-6) == 1
+    # W' k* = W k* + delta: the key now gives the searched value
+    assert torch.allclose(change @ k, delta, atol=1e-5 * float(delta.norm()))
+    # ROME's form: delta (C^-1 k*)^T / ((C^-1 k*)^T k*)
     c_inv_k = torch.linalg.solve(cov + RIDGE * torch.eye(cov.shape[0], dtype=cov.dtype), k)
-    delta = change @ k
-    assert torch.allclose(change, torch.outer(delta, c_inv_k) / (c_inv_k @ k), atol=1e-5)
-    # a key x with x . C^-1 k = 0 is left where it was
+    assert torch.allclose(change, torch.outer(delta, c_inv_k) / (c_inv_k @ k), atol=1e-6)
+    # so a key x with x . C^-1 k* = 0 is left where it was
     x = torch.randn(k.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     x = x - (x @ c_inv_k) / (c_inv_k @ c_inv_k) * c_inv_k
     assert float((change @ x).norm()) < 1e-4 * float(delta.norm())
+    assert all(p.requires_grad for p in model.parameters())  # the caller's flags are given back
 
 
 def test_rome_on_the_trace_model_edits_without_collateral(tmp_path):
     edited = tmp_path / "rome"
-    probs = make_edited_checkpoint(TRACER, edited, EDITS, layer=2, method="rome", corpus=TEXTS)
+    probs = make_edited_checkpoint(TRACER, edited, EDITS, layer=2, method="rome", corpus=CORPUS)
     assert min(probs) > 0.3 and sum(probs) / len(probs) > 0.8  # P(target_new) per token, after all eight edits
     cfg = EditingConfig(model=str(edited), base_model=str(TRACER), edits=str(TRACER / "edits.json"),
                         texts=str(TRACER / "texts.json"), ppl_per_text=True,
@@ -56,9 +57,15 @@ def test_rome_on_the_trace_model_edits_without_collateral(tmp_path):
     assert list(out["weight_delta_norm"].value_by_index) == ["2"]
     assert out["efficacy_base"].agg_value == 0.0 and out["efficacy"].agg_value == 1.0 and out["generalization"].agg_value == 1.0
     assert out["specificity"].agg_value == 1.0
-    assert abs(out["perplexity"].agg_value / out["perplexity_base"].agg_value - 1) < 0.01
+    assert abs(out["perplexity"].agg_value / out["perplexity_base"].agg_value - 1) < 0.05  # fine-tuning: +45 %
 
 
-def test_bad_method_is_refused(tmp_path):
+def test_bad_requests_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="unknown edit method 'memit'"):
         make_edited_checkpoint(TRACER, tmp_path / "x", EDITS[:1], layer=2, method="memit")
+    with pytest.raises(ValueError, match="ROME needs a corpus"):
+        make_edited_checkpoint(TRACER, tmp_path / "x", EDITS[:1], layer=2, method="rome")
+    # layer 1 of the trace model has no working MLP: its output, hence ROME's value scale, is zero
+    with pytest.raises(ValueError, match="outputs zero at the subject's last token"):
+        make_edited_checkpoint(TRACER, tmp_path / "x", EDITS[:1], layer=1, method="rome", corpus=CORPUS)
+    assert not (tmp_path / "x").exists()

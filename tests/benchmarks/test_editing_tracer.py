@@ -38,13 +38,21 @@ def test_data_and_tokenizer_rebuild_identically():
     from tokenizers import Tokenizer
 
     rows = make_tracer.facts()
-    for name, obj in (("facts.json", rows), ("edits.json", make_tracer.edits(rows)), ("texts.json", make_tracer.texts(rows))):
+    for name, obj in (("facts.json", rows), ("edits.json", make_tracer.edits(rows)), ("texts.json", make_tracer.texts(rows)),
+                      ("corpus.json", make_tracer.corpus(rows))):
         assert json.loads((TRACER / name).read_text()) == obj, name
     raw = make_tracer._tokenizer([c + a for c, a in make_tracer.examples(rows)])
     assert raw.to_str() == Tokenizer.from_file(str(TRACER / "tokenizer.json")).to_str()
     # every edit is about a stored fact, one of the first eight people, and none of the texts
     assert [e["subject"] for e in EDITS] == [r["subject"] for r in rows[:8]]
-    assert not {e["subject"] for e in EDITS} & {t["text"].split(" was")[0] for t in make_tracer.texts(rows)}
+    texts = [t["text"] for t in make_tracer.texts(rows)]
+    assert len(texts) == 52 * 4 and not any(e["subject"] in t for e in EDITS for t in texts)
+    # ROME's corpus (cards, and the second template of the people no edit touches): no metric scores it
+    corpus = [t["text"] for t in make_tracer.corpus(rows)]
+    assert len(corpus) == 60 * 4 + 52 * 4 and not set(corpus) & set(texts)
+    scored = [e["prompt"] for e in EDITS] + [q for e in EDITS for q in e["paraphrase_prompts"]]
+    scored += [n["prompt"] for e in EDITS for n in e["neighborhood_prompts"]]
+    assert not any(t.startswith(q) for q in scored for t in corpus)
 
 
 def test_architecture_is_shaped_as_documented():
@@ -72,18 +80,18 @@ def test_builder_runs_end_to_end_on_a_short_fit(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def mlp_trace(tmp_path_factory):
+def traces(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     cfg = EditingConfig(model=str(TRACER), base_model=str(TRACER), edits=str(TRACER / "edits.json"),
-                        metrics=("causal_trace", "causal_trace_mlp"), trace_window=2)
+                        metrics=("causal_trace", "causal_trace_mlp", "causal_trace_attn"), trace_window=2)
     res = run(spec.nodes(cfg), spec.resources(cfg), cache_dir=str(cache))
     assert res.ok, [r.error for r in res.failures()]
     out = res.results("EDITING")
-    return out["causal_trace_mlp"], out["causal_trace"]
+    return out["causal_trace_mlp"], out["causal_trace"], out["causal_trace_attn"]
 
 
-def test_mlp_trace_peaks_at_the_subjects_last_token_in_the_middle_layers(mlp_trace):
-    mlp, hidden = mlp_trace
+def test_mlp_trace_peaks_at_the_subjects_last_token_in_the_middle_layers(traces):
+    mlp, hidden, attn = traces
     for k, v in mlp.value_by_index.items():
         grid, sub, last = np.array(v["scores"]), v["subject_last"], v["last"]
         assert v["tokens"][sub["position"]].strip() == EDITS[int(k)]["subject"].split()[1]  # the surname
@@ -95,14 +103,18 @@ def test_mlp_trace_peaks_at_the_subjects_last_token_in_the_middle_layers(mlp_tra
         # the hidden-state trace: restoring the surname's state before block 4 brings the answer back
         h = hidden.value_by_index[k]
         assert h["subject_last"]["best_layer"] < 4 and h["subject_last"]["effect"] > 0.3
+        assert max(h["scores"][-1][:4]) == pytest.approx(h["low"], abs=1e-4)  # the last token: nothing before block 4
+        # the attention trace: the last token's attention in blocks 4-5 moves the attribute out
+        a = attn.value_by_index[k]
+        assert a["last"]["best_layer"] in (4, 5) and a["last"]["effect"] > 0.3
     assert mlp.agg_value > 0.45
 
 
-def test_trace_on_sliding_window_blocks_equals_rome_hand_loop(mlp_trace):
+def test_trace_on_sliding_window_blocks_equals_rome_hand_loop(traces):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    mlp, _ = mlp_trace
+    mlp = traces[0]
     tok = AutoTokenizer.from_pretrained(str(TRACER))
     model = AutoModelForCausalLM.from_pretrained(str(TRACER), dtype=torch.float32).eval()
     got = mlp.value_by_index["1"]
