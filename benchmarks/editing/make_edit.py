@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="fine-tune the down-projection, or ROME's rank-one closed form")
     p.add_argument("--corpus", default=None, help="ROME (required): texts for the key covariance, apart from the scored ones")
     args = p.parse_args(argv)
-    corpus = [t["text"] for t in load_texts(args.corpus)] if args.corpus else None
-    probs = make_edited_checkpoint(args.base_dir, args.out_dir, load_edits(args.edits), args.layer, args.steps,
-                                   args.method, corpus)
+    try:
+        corpus = [t["text"] for t in load_texts(args.corpus)] if args.corpus else None
+        probs = make_edited_checkpoint(args.base_dir, args.out_dir, load_edits(args.edits), args.layer, args.steps,
+                                       args.method, corpus)
+    except (ValueError, OSError) as exc:  # bad input: one line, as the evaldag CLI does
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
     print(f"edited {len(probs)} facts at layer {args.layer} ({args.method}); P(target_new) per token after the edit: "
           + ", ".join(f"{x:.3f}" for x in probs))
     return 0

@@ -62,7 +62,7 @@ N_SUBJECTS = 60
 ARCH = dict(layers=6, hidden=128, inter=256, heads=4, window=2, local_layers=4, attention_only=(0, 1, 4, 5))
 TRAIN = dict(epochs=150, lr=3e-3, batch=64, warmup=30)
 SPECIALS = ("<|endoftext|>", "<pad>")
-#: the shipped copy: checkpoint, tokenizer, facts.json, edits.json, texts.json, manifest.json
+#: the shipped copy: checkpoint, tokenizer, facts.json, edits.json, texts.json, corpus.json, manifest.json
 TRACER = Path(__file__).resolve().parent / "assets" / "tracer"
 #: what the builder writes (an older copy of each is removed first, so the manifest lists exactly these)
 OUTPUTS = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",

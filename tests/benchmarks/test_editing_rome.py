@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evaldag.benchmarks.editing import make_tracer, spec
 from evaldag.benchmarks.editing.config import EditingConfig
-from evaldag.benchmarks.editing.make_edit import make_edited_checkpoint
+from evaldag.benchmarks.editing.make_edit import main, make_edited_checkpoint
 from evaldag.benchmarks.editing.rome_edit import RIDGE, _key, key_covariance, rome_update
 from evaldag.engine import run
 from evaldag.engine.adapters.hf_encoder import HFEncoder
@@ -69,3 +69,12 @@ def test_bad_requests_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="outputs zero at the subject's last token"):
         make_edited_checkpoint(TRACER, tmp_path / "x", EDITS[:1], layer=1, method="rome", corpus=CORPUS)
     assert not (tmp_path / "x").exists()
+
+
+def test_make_edit_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    argv = [str(TRACER), str(tmp_path / "x"), "--edits", str(TRACER / "edits.json"), "--method", "rome"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: ROME needs a corpus" in err
+    assert main([*argv, "--corpus", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err and not (tmp_path / "x").exists()
