@@ -25,8 +25,9 @@ from typing import Any
 
 from ...engine.adapters.hf_encoder import HFEncoder
 from ...engine.adapters.layer_names import layer_names
-from ...metrics.editing.prompts import encode, target_ids
 from .data import load_edits, load_texts
+from .rome_edit import STEPS as ROME_STEPS
+from .rome_edit import key_covariance, rome_update, target_nll
 
 STEPS, LR = 30, 1e-2
 
@@ -34,15 +35,6 @@ STEPS, LR = 30, 1e-2
 def _down(model: Any, layer: int) -> Any:
     names = layer_names(model.config.model_type)
     return dict(model.named_modules())[names.module("mlp_down_proj", layer)]
-
-
-def _target_nll(model: Any, enc: Any, prompt: str, target: str) -> Any:
-    import torch
-
-    ctx, tgt = encode(enc, prompt), target_ids(enc, target)
-    logp = torch.log_softmax(model(torch.tensor([ctx + tgt])).logits[0].float(), -1)
-    rows = torch.arange(len(ctx) - 1, len(ctx) - 1 + len(tgt))
-    return -logp[rows, torch.tensor(tgt)].mean()
 
 
 def finetune_edits(model: Any, tok: Any, edits: list[dict], layer: int, steps: int = STEPS, lr: float = LR) -> list[float]:
@@ -57,19 +49,16 @@ def finetune_edits(model: Any, tok: Any, edits: list[dict], layer: int, steps: i
     opt = torch.optim.Adam([weight], lr=lr)
     for _ in range(steps):
         opt.zero_grad()
-        torch.stack([_target_nll(model, enc, e["prompt"], e["target_new"]) for e in edits]).mean().backward()
+        torch.stack([target_nll(model, enc, e["prompt"], e["target_new"]) for e in edits]).mean().backward()
         opt.step()
     weight.requires_grad_(False)
     with torch.no_grad():
-        return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
+        return [float((-target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
 
 
 def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list[str], steps: int | None = None) -> list[float]:
     """ROME's rank-one update of layer ``layer``'s down-projection, edit after edit; P(target_new) per token after."""
     import torch
-
-    from .rome_edit import STEPS as ROME_STEPS
-    from .rome_edit import key_covariance, rome_update
 
     enc, down = HFEncoder(tok), _down(model, layer)
     if not isinstance(down, torch.nn.Linear):
@@ -78,7 +67,7 @@ def rome_edits(model: Any, tok: Any, edits: list[dict], layer: int, corpus: list
     for e in edits:
         rome_update(model, down, enc, e, cov, steps=steps or ROME_STEPS)
     with torch.no_grad():
-        return [float((-_target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
+        return [float((-target_nll(model, enc, e["prompt"], e["target_new"])).exp()) for e in edits]
 
 
 def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: list[dict] | None = None,

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..demo import authors
-from ..demo.training import deterministic_torch
+from ..demo.training import _batch, deterministic_torch
 
 SEED = 7
 FIRST = ("Arlo", "Bryn", "Cato", "Dara", "Eno", "Fenn", "Gil", "Hale", "Ivo", "Juno", "Kit", "Lior")
@@ -162,22 +162,6 @@ def _check_loaded_tokenizer(out: Path, raw: Any, texts: list[str]) -> Any:
     return loaded
 
 
-def _batches(data: list[tuple[list[int], list[int]]], batch: int, pad: int, rng: random.Random):
-    import torch
-
-    order = list(range(len(data)))
-    rng.shuffle(order)
-    for s in range(0, len(order), batch):
-        rows = [data[i] for i in order[s:s + batch]]
-        width = max(len(x) for x, _ in rows)
-        ids = torch.full((len(rows), width), pad)
-        labels = torch.full((len(rows), width), -100)
-        for i, (x, y) in enumerate(rows):
-            ids[i, :len(x)] = torch.tensor(x)
-            labels[i, :len(y)] = torch.tensor(y)
-        yield ids, labels
-
-
 def train(out: str | Path, log: Any = print) -> dict:
     """Train the trace model into ``out``; returns P(first answer token) per question, min and mean."""
     import torch
@@ -223,14 +207,18 @@ def train(out: str | Path, log: Any = print) -> dict:
     model.train()
     for epoch in range(TRAIN["epochs"]):
         total = 0.0
-        for ids, labels in _batches(data, TRAIN["batch"], pad, rng):
+        order = list(range(len(data)))
+        rng.shuffle(order)
+        for start in range(0, len(order), TRAIN["batch"]):
+            ids, _, labels = _batch(tok, [data[i] for i in order[start:start + TRAIN["batch"]]])
             lr = TRAIN["lr"] * min(1.0, (step + 1) / TRAIN["warmup"]) * 0.5 * (1 + math.cos(math.pi * step / steps))
             for g in opt.param_groups:
                 g["lr"] = lr
+            # the full logits, not demo.training's lm head on the scored rows only: same loss, other
+            # float rounding, and the shipped weights were trained this way
             logits = model(input_ids=ids).logits[:, :-1]
-            target = labels[:, 1:]
-            keep = target != -100
-            loss = torch.nn.functional.cross_entropy(logits[keep], target[keep])
+            keep = labels[:, 1:] != -100
+            loss = torch.nn.functional.cross_entropy(logits[keep], labels[:, 1:][keep])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -52,6 +52,16 @@ def key_covariance(model: Any, down: Any, encoder: HFEncoder, corpus: list[str])
     return keys.T @ keys / keys.shape[0]
 
 
+def target_nll(model: Any, encoder: HFEncoder, prompt: str, target: str) -> Any:
+    """Mean NLL of ``target``'s tokens after ``prompt`` (each tokenized alone, as ROME does)."""
+    import torch
+
+    ctx, tgt = encode(encoder, prompt), target_ids(encoder, target)
+    logp = torch.log_softmax(model(torch.tensor([ctx + tgt])).logits[0].float(), -1)
+    rows = torch.arange(len(ctx) - 1, len(ctx) - 1 + len(tgt))
+    return -logp[rows, torch.tensor(tgt)].mean()
+
+
 def _key(model: Any, down: Any, encoder: HFEncoder, prompt: str, subject: str) -> tuple[list[int], int, Any]:
     ids = list(encode(encoder, prompt))
     last = subject_range(encoder, ids, subject, prompt)[1] - 1
@@ -63,14 +73,13 @@ def rome_update(model: Any, down: Any, encoder: HFEncoder, edit: dict, cov: Any,
     """Apply one edit to ``down`` (an ``nn.Linear``) in place; returns the value shift delta = v* - W k*."""
     import torch
 
-    ids, last, k = _key(model, down, encoder, edit["prompt"], edit["subject"])
+    _, last, k = _key(model, down, encoder, edit["prompt"], edit["subject"])
     weight = down.weight
     v0 = (weight.detach().double() @ k).to(weight.dtype)
     if float(v0.norm()) == 0.0:
         raise ValueError(f"edit {edit['subject']!r}: this down-projection outputs zero at the subject's last token "
                          "(a layer without a working MLP?); ROME scales its value by that output: pick another layer")
     delta = torch.zeros_like(v0, requires_grad=True)
-    tgt = list(target_ids(encoder, edit["target_new"]))
     opt = torch.optim.Adam([delta], lr=lr)
 
     def add_delta(_m, _inp, out):  # the candidate value, written at the subject's last token
@@ -80,14 +89,12 @@ def rome_update(model: Any, down: Any, encoder: HFEncoder, edit: dict, cov: Any,
 
     hook = down.register_forward_hook(add_delta)
     grads = {id(p): p.requires_grad for p in model.parameters()}
-    rows = torch.arange(len(ids) - 1, len(ids) - 1 + len(tgt))
     try:
         for p in model.parameters():
             p.requires_grad_(False)
         for _ in range(steps):
             opt.zero_grad()
-            logp = torch.log_softmax(model(torch.tensor([ids + tgt])).logits[0].float(), -1)
-            nll = -logp[rows, torch.tensor(tgt)].mean()
+            nll = target_nll(model, encoder, edit["prompt"], edit["target_new"])
             loss = nll + WEIGHT_DECAY * delta.norm() / v0.norm() ** 2  # ROME's: |delta|, not squared
             loss.backward()
             opt.step()
