@@ -30,7 +30,7 @@ from evaldag.metrics.fairness.weat_p_value import PValueParams
 from evaldag.metrics.fairness.word_sets import HFSource, lookup_from_value, set_node
 
 from ..conftest_models import one_thread, resource, tokenizer
-from ..wefe_compare import worst_diff
+from ..wefe_compare import FLOAT32_ATOL, RNSB_ATOL, worst_diff
 
 # the module, not the package's ``weat`` function of the same name
 weat_module = importlib.import_module("evaldag.metrics.fairness.weat")
@@ -96,7 +96,7 @@ def test_public_reference_through_one_graph(vectors, tmp_path):
     assert result.ok, [f.error for f in result.failures()]
     for case, name in zip(cases, names, strict=True):
         ours = wefe_fields(result[name])
-        assert worst_diff(ours, case["output"]) <= (1e-4 if case["metric"] == "RNSB" else 1e-6), name
+        assert worst_diff(ours, case["output"]) <= (RNSB_ATOL if case["metric"] == "RNSB" else FLOAT32_ATOL), name
         if case["args"].get("calculate_p_value"):  # WEFE's sampler, replayed: the same p exactly
             assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
     # 24 cases on 3 queries: far fewer set lookups than (case x set)
@@ -116,7 +116,7 @@ def test_extra_reference_through_one_graph(vectors_extra, tmp_path):
             continue
         assert rec.status in ("computed", "cached"), (name, rec.error)
         ours = wefe_fields(result[name])
-        assert worst_diff(ours, case["output"]) <= (1e-4 if case["metric"] == "RNSB" else 1e-6), name
+        assert worst_diff(ours, case["output"]) <= (RNSB_ATOL if case["metric"] == "RNSB" else FLOAT32_ATOL), name
         if case["args"].get("calculate_p_value"):
             assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
         if case["output"]["result"] is None:

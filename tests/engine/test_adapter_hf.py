@@ -328,10 +328,12 @@ def test_fixture_checkpoint_reproduces_open_unlearning_avg_loss(cache_dir):
                                            GenerationSettings(max_new_tokens=200))) for r in rows[:4]])
     for i, g in enumerate(gens):
         assert g.text.strip() == ref["forget_Q_A_ROUGE"]["value_by_index"][str(i)]["generation"]
-    # and GradNorm reproduces mia_gradnorm's forget scores
+    # and GradNorm reproduces mia_gradnorm's forget scores: float32 gradients summed over every
+    # parameter round differently across CPUs (1.2e-4 relative measured on an AVX2-only EPYC
+    # against logs made elsewhere with transformers 4.45), hence 3e-4
     norms = Executor().serve([(m, GradNorm(r.context_ids, r.continuation_ids)) for r in reqs[:2]])
     for i, g in enumerate(norms):
-        assert g.value == pytest.approx(ref["mia_gradnorm"]["forget"]["value_by_index"][str(i)]["score"], rel=1e-4)
+        assert g.value == pytest.approx(ref["mia_gradnorm"]["forget"]["value_by_index"][str(i)]["score"], rel=3e-4)
 
 
 # ------------------------------------------------- attention mask: open-unlearning's ids != pad

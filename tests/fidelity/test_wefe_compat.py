@@ -13,6 +13,8 @@ import pytest
 from evaldag.metrics.fairness import wefe_compat as wefe
 from evaldag.metrics.fairness.embeddings import load_npz
 
+from ..wefe_compare import FLOAT32_ATOL, RNSB_ATOL
+
 FIX = Path(__file__).parents[1] / "fixtures" / "wefe"
 NPZ = FIX / "wefe_subset.npz"
 PUBLIC = json.loads((FIX / "wefe_reference_public.json").read_text())["results"]
@@ -73,7 +75,7 @@ def test_public_reference(model, case, tmp_path):
     metric = METRIC_CLASSES[case["metric"]](cache_dir=tmp_path)
     out = metric.run_query(query(case["query_id"]), model, **wefe_args(case))
     assert list(out)[: len(WEFE_KEYS[case["metric"]])] == WEFE_KEYS[case["metric"]]
-    close(out, case["output"], 1e-4 if case["metric"] == "RNSB" else 1e-6)
+    close(out, case["output"], RNSB_ATOL if case["metric"] == "RNSB" else FLOAT32_ATOL)
     assert metric.last_run.count("computed") > 0
     again = metric.run_query(query(case["query_id"]), model, **wefe_args(case))
     assert metric.last_run.count("computed") == 0  # the second identical call: all from the cache
@@ -92,7 +94,7 @@ def test_extra_reference_sample(case, tmp_path):
             metric.run_query(query(case["query_id"], EXTRA["queries"]), model, **wefe_args(case))
         return
     out = metric.run_query(query(case["query_id"], EXTRA["queries"]), model, **wefe_args(case))
-    close(out, case["output"], 1e-4 if case["metric"] == "RNSB" else 1e-6)
+    close(out, case["output"], RNSB_ATOL if case["metric"] == "RNSB" else FLOAT32_ATOL)
 
 
 def test_nan_result_has_reason_and_p_value(model, tmp_path):

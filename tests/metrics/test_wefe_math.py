@@ -49,12 +49,12 @@ from evaldag.metrics.fairness.weat import (
     weat_score,
 )
 
-from ..wefe_compare import worst_diff
+from ..wefe_compare import FLOAT32_ATOL, RNSB_ATOL, worst_diff
 
 FIX = Path(__file__).parents[1] / "fixtures" / "wefe"
 METRICS = {"WEAT": weat, "RND": rnd, "RNSB": rnsb, "MAC": mac, "ECT": ect, "RIPA": ripa}
 LOOKUP_ARGS = {"lost_vocabulary_threshold", "preprocessors", "strategy", "normalize"}
-TOL = {"RNSB": 1e-4}  # the brief's bound for RNSB; 1e-6 for every other metric
+TOL = {"RNSB": RNSB_ATOL}  # the brief's bound for RNSB; float32 rounding (FLOAT32_ATOL) for every other metric
 PUBLIC = json.loads((FIX / "wefe_reference_public.json").read_text())["results"]
 EXTRA = json.loads((FIX / "wefe_reference_extra.json").read_text())
 WORD_SETS = json.loads((FIX / "wefe_word_sets.json").read_text())
@@ -102,7 +102,7 @@ def _run(vecs: WordVectors, query: Query, metric: str, args: dict, case: dict) -
 def test_public_reference(vectors, case):
     query = Query.from_dict(WORD_SETS[case["query_id"]])
     ours = _run(vectors, query, case["metric"], case["args"], case)
-    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], 1e-6)
+    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], FLOAT32_ATOL)
     if case["args"].get("calculate_p_value"):  # WEFE's sampler replayed: the same p exactly
         assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
 
@@ -163,7 +163,7 @@ def test_extra_reference(vectors_extra, case):
             _run(vectors_extra, query, case["metric"], case["args"], case)
         return
     ours = _run(vectors_extra, query, case["metric"], case["args"], case)
-    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], 1e-6)
+    assert worst_diff(ours, case["output"], same_keys_order=True, none_ok=True) <= TOL.get(case["metric"], FLOAT32_ATOL)
     if case["args"].get("calculate_p_value"):
         assert ours["p_value"] == pytest.approx(case["output"]["p_value"], abs=1e-15)
     if case["output"]["result"] is None:
