@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from ...metrics.editing.prompts import check_edit
+from ..textfile import read_utf8
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_EDITS = HERE / "data" / "edits.json"
@@ -26,7 +27,7 @@ FIELDS = ("case_id", "prompt", "subject", "target_true", "target_new", "paraphra
 
 
 def _read_rows(path: Path) -> list:
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_utf8(path, rows=path.suffix == ".jsonl")
     try:
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
@@ -90,7 +91,7 @@ def load_texts(path: str | Path | None = None) -> list[dict]:
         rows = _read_rows(p)
         texts = [r.get("text") if isinstance(r, dict) else r for r in rows]
     else:
-        texts = [line for line in p.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        texts = [line for line in read_utf8(p, rows=True).splitlines() if line.strip()]
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t]
     if bad or not texts:
         raise ValueError(f"{p}: every row needs a non-empty 'text' (rows {bad[:5]})" if bad else f"{p}: no texts")

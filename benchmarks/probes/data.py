@@ -11,11 +11,12 @@ Kennison job list (fair-use notes): the probes that need them read ``DIR``.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from pathlib import Path
 from typing import Iterable
+
+from ..textfile import read_utf8
 
 PACKAGE_DATA = Path(__file__).with_name("data")
 
@@ -59,14 +60,21 @@ def locate(relpath: str, probe: str, data_dir: str | Path | None) -> Path:
 
 
 def read_text(path: Path) -> str:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return f.read()
-    return path.read_text(encoding="utf-8")
+    """The file's text, gunzipped where it ends in ``.gz``; not UTF-8 is a ``NotUTF8``
+    naming file, line and byte (a ``ValueError``: one line from the CLI)."""
+    return read_utf8(path)
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in read_text(path).splitlines() if line.strip()]
+    """One JSON value per non-blank line; a bad line is a ``ValueError`` naming file and line."""
+    rows = []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+    return rows
 
 
 def digest(paths: Iterable[Path]) -> str:

@@ -30,6 +30,7 @@ from ...engine.results import RunResult
 from ...metrics.fairness.query import Query
 from ...metrics.fairness.registry import metric_names, query_nodes, wefe_fields
 from ...metrics.fairness.word_sets import lookup_report
+from ..textfile import NotUTF8, read_utf8
 from .config import WeatConfig
 
 GROUP = "WEAT"
@@ -58,9 +59,11 @@ def load_queries(path: str | os.PathLike | None = None, ids: Sequence[str] | Non
     """
     src = Path(path) if path is not None else WORD_SETS
     try:
-        raw = json.loads(src.read_text(encoding="utf-8-sig"))  # a BOM is accepted
+        raw = json.loads(read_utf8(src))  # a BOM is accepted
     except FileNotFoundError:
         raise FileNotFoundError(f"query file not found: {src}") from None
+    except NotUTF8:
+        raise
     except ValueError as e:
         raise ValueError(f"{src}: not JSON ({e})") from None
     if not isinstance(raw, dict) or not raw:

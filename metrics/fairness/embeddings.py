@@ -187,7 +187,10 @@ def load_word2vec_text(path: str | os.PathLike, *, header: bool | None = None) -
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise EmbeddingFormatError(f"{p}:{lineno}: invalid UTF-8 ({exc.reason})") from None
+                raise EmbeddingFormatError(
+                    f"{p}:{lineno}: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8 "
+                    f"({exc.reason}); save the file as UTF-8"
+                ) from None
             line = line.rstrip("\r\n")
             if lineno == 1 and header is not False:
                 declared = _parse_header(line)
@@ -267,7 +270,8 @@ def load_word2vec_binary(path: str | os.PathLike) -> WordVectors:
             word = data[pos:end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise EmbeddingFormatError(
-                f"{p}: entry {i + 1} (byte {pos}): invalid UTF-8 in word ({exc.reason})"
+                f"{p}: entry {i + 1} (byte {pos}): invalid UTF-8 in word, "
+                f"byte 0x{data[pos + exc.start]:02x} at offset {pos + exc.start} ({exc.reason})"
             ) from None
         if not word:
             raise EmbeddingFormatError(f"{p}: entry {i + 1} (byte {pos}): empty word")
