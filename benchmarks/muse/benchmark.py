@@ -36,7 +36,7 @@ def muse_resources(cfg: MuseConfig) -> dict[str, Any]:
     for name, (config, split) in SPLIT_RESOURCES.items():
         out[name] = Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
     if cfg.retain_logs:
-        out["muse_retain_logs"] = Value(load_eval_logs(cfg.retain_logs).raw, kind="data", source=str(cfg.retain_logs))
+        out["muse_retain_logs"] = Value(load_eval_logs(cfg.retain_logs, cfg.metrics).raw, kind="data", source=str(cfg.retain_logs))
     return out
 
 

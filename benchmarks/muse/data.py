@@ -15,39 +15,44 @@ A local folder holds one file per (config, split), named ``<config>_<split>.json
 (JSON lines or array), ``.jsonl`` or ``.parquet``, as ``tests/fixtures/muse_tiny`` does.
 Row positions are open-unlearning's ``index``. Knowmem's few-shot prompt uses **all**
 rows of the ``*_icl`` split, in file order. Readers and errors are TOFU's
-(``benchmarks/tofu/data.py``).
+(``benchmarks/tofu/data.py``): every field above must hold text (empty or whitespace-only
+is refused, naming file, row and field), bytes that are not UTF-8 are refused naming
+file, line and byte.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from typing import Iterable
 
-from ..tofu.data import DataError, EvalLogs, load_records, read_eval_logs, validate_rows
+from pydantic import BaseModel, ConfigDict
+
+from ..tofu.data import DataError, Text, load_records, validate_rows
+from ..tofu.eval_logs import EvalLogs, needs, read_eval_logs
 
 
 class VerbmemRow(BaseModel):
     """Verbatim memorization: generate ``gt`` from ``prompt`` (CompletionDataset)."""
 
     model_config = ConfigDict(extra="allow")
-    prompt: StrictStr = Field(min_length=1)
-    gt: StrictStr = Field(min_length=1)
+    prompt: Text
+    gt: Text
 
 
 class KnowmemRow(BaseModel):
     """Knowledge memorization: question -> answer, few-shot from the ``*_icl`` split."""
 
     model_config = ConfigDict(extra="allow")
-    question: StrictStr = Field(min_length=1)
-    answer: StrictStr = Field(min_length=1)
+    question: Text
+    answer: Text
 
 
 class PrivleakRow(BaseModel):
     """Membership inference: the whole ``text`` is scored (the prefix key is absent)."""
 
     model_config = ConfigDict(extra="allow")
-    text: StrictStr = Field(min_length=1)
+    text: Text
 
 
 SPLITS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
@@ -89,6 +94,7 @@ def fewshot_pairs(icl_rows: list[dict]) -> tuple[tuple[str, str], ...]:
     return tuple((r["question"], r["answer"]) for r in icl_rows)
 
 
-def load_eval_logs(path: str | Path) -> EvalLogs:
-    """A retain model's ``MUSE_EVAL.json``: privleak needs ``mia_min_k.agg_value``."""
-    return read_eval_logs(path, need_truth_ratio=False, need_min_k=True)
+def load_eval_logs(path: str | Path, metrics: Iterable[str] | None = None) -> EvalLogs:
+    """A retain model's ``MUSE_EVAL.json``: privleak (when ``metrics`` asks for it) needs
+    ``mia_min_k.agg_value``; MUSE has no forget quality."""
+    return read_eval_logs(path, need_truth_ratio=False, need_min_k=needs(metrics)["need_min_k"])

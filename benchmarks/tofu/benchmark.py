@@ -12,7 +12,8 @@ from .. import common
 from ..unlearning import UnlearningBenchmark
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
-from .data import load_eval_logs, load_subset, tofu_splits
+from .data import load_subset, tofu_splits
+from .eval_logs import load_eval_logs
 
 #: the resource each TOFU split is bound as
 RESOURCE_OF_ROLE = {"forget": "tofu_forget", "holdout": "tofu_holdout", "retain": "tofu_retain", "real_authors": "tofu_ra", "world_facts": "tofu_wf"}
@@ -27,7 +28,7 @@ def tofu_resources(cfg: TofuConfig) -> dict[str, Any]:
     for role, subset in tofu_splits(cfg.forget_split, cfg.holdout_split).items():
         out[RESOURCE_OF_ROLE[role]] = Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
     if cfg.retain_logs:
-        out["tofu_retain_logs"] = Value(load_eval_logs(cfg.retain_logs).raw, kind="data", source=str(cfg.retain_logs))
+        out["tofu_retain_logs"] = Value(load_eval_logs(cfg.retain_logs, cfg.metrics).raw, kind="data", source=str(cfg.retain_logs))
     return out
 
 

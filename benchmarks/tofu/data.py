@@ -14,24 +14,28 @@ config (``configs/model/*.yaml``) and the retain model's ``TOFU_EVAL.json``
   A UTF-8 byte-order mark at the start of a file is accepted.
 * :func:`load_template_args` reads a model config (or a bare mapping) into a
   :class:`PromptTemplate`.
-* :func:`load_eval_logs` reads a ``TOFU_EVAL.json`` (open-unlearning's or ours) and
-  checks that it holds what forget quality and privleak need.
+* ``eval_logs.py`` reads a retain model's ``TOFU_EVAL.json`` (open-unlearning's or ours).
 
+Every text file is read through ``benchmarks/textfile.py``: bytes that are not UTF-8
+are an error naming file, line, column, byte and (JSON lines) row. Every field a metric
+scores must hold text: empty or whitespace-only is refused like a missing field, since
+an empty paraphrase turns one row's truth ratio from 0.45 into 1.8 million (the
+probability of nothing is 1) and an empty perturbed answer does the same to the wrong side.
 The readers here are shared with ``benchmarks/muse/data.py``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Annotated, Any, Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from evaldag.engine.adapters.base import PromptTemplate
+
+from ..textfile import BOM, NotUTF8, decode_utf8, read_utf8
 
 SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -42,25 +46,36 @@ class DataError(ValueError):
 
 # ------------------------------------------------------------------ row kinds
 
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("is empty or whitespace only: a scored field needs at least 1 non-space character")
+    return text
+
+
+#: a field a metric scores: a string with something in it
+Text = Annotated[StrictStr, AfterValidator(_not_blank)]
+
+
 class QARow(BaseModel):
     """question -> answer (forgetNN, retainNN, holdoutNN, full; Q_A_Prob, ROUGE, MIA)."""
 
     model_config = ConfigDict(extra="allow")
-    question: StrictStr = Field(min_length=1)
-    answer: StrictStr = Field(min_length=1)
+    question: Text
+    answer: Text
 
 
 class PerturbedRow(QARow):
     """forgetNN_perturbed / retain_perturbed: truth ratio needs the paraphrase and options."""
 
-    paraphrased_answer: StrictStr
-    perturbed_answer: list[StrictStr] = Field(min_length=1)
+    paraphrased_answer: Text
+    perturbed_answer: list[Text] = Field(min_length=1)
 
 
 class OptionsRow(QARow):
     """real_authors_perturbed / world_facts_perturbed: answer against perturbed options."""
 
-    perturbed_answer: list[StrictStr] = Field(min_length=1)
+    perturbed_answer: list[Text] = Field(min_length=1)
 
 
 ROW_KINDS: dict[str, type[BaseModel]] = {"qa": QARow, "perturbed": PerturbedRow, "options": OptionsRow}
@@ -122,9 +137,10 @@ def read_records(path: str | Path) -> list[dict]:
             raise DataError(f"{origin}: reading parquet needs pyarrow (pip install pyarrow)") from None
         records: list[Any] = pq.read_table(path).to_pylist()
     elif path.suffix in (".json", ".jsonl"):
-        text = path.read_text(encoding="utf-8-sig")
-        head = text.lstrip()[:1]
-        if path.suffix == ".json" and head == "[":
+        data = path.read_bytes()
+        is_array = path.suffix == ".json" and data.removeprefix(BOM).lstrip()[:1] == b"["
+        text = decode_utf8(data, origin, rows=not is_array)
+        if is_array:
             try:
                 records = json.loads(text)
             except json.JSONDecodeError as e:
@@ -176,9 +192,16 @@ def validate_rows(records: Iterable[dict], model: type[BaseModel], origin: str) 
         except ValidationError as e:
             err = e.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "(row)"
-            got = rec.get(err["loc"][0]) if err["loc"] and isinstance(rec, dict) else None
+            got: Any = rec
+            for part in err["loc"]:  # the value itself, also inside a list (perturbed_answer.1)
+                try:
+                    got = got[part]
+                except (KeyError, IndexError, TypeError):
+                    got = None
+                    break
             shown = "missing" if err["type"] == "missing" else f"got {got!r:.60}"
-            raise DataError(f"{origin}: row {i} (0-based), field {where!r}: {err['msg']} ({shown})") from None
+            msg = err["msg"].removeprefix("Value error, ")
+            raise DataError(f"{origin}: row {i} (0-based), field {where!r}: {msg} ({shown})") from None
         out.append(rec)
     return out
 
@@ -222,7 +245,7 @@ def load_tofu(source: str | Path, forget_split: str = "forget10", holdout_split:
 
 
 def _read_mapping(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_utf8(path)
     if path.suffix == ".json":
         return json.loads(text)
     import yaml
@@ -241,6 +264,8 @@ def load_template_args(path: str | Path) -> PromptTemplate:
     path = Path(path)
     try:
         data = _read_mapping(path)
+    except NotUTF8 as e:
+        raise DataError(str(e)) from None
     except Exception as e:  # yaml/json syntax errors, unreadable file
         raise DataError(f"{path}: cannot read template args: {e}") from None
     if not isinstance(data, Mapping):
@@ -261,62 +286,3 @@ def load_template_args(path: str | Path) -> PromptTemplate:
     except ValidationError as e:
         err = e.errors()[0]
         raise DataError(f"{path}: template key {'.'.join(map(str, err['loc']))!r}: {err['msg']}") from None
-
-
-# ------------------------------------------------------------------ retain logs
-
-
-@dataclass(frozen=True)
-class EvalLogs:
-    """A retain model's evaluation logs, as forget quality and privleak read them."""
-
-    path: str
-    forget_truth_ratio: dict[str, float | None] | None  # row -> truth ratio
-    mia_min_k_auc: float | None
-    raw: dict = field(repr=False, default_factory=dict)
-
-
-def _need(logs: Mapping[str, Any], dotted: str, path: str, why: str) -> Any:
-    node: Any = logs
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node or node[part] is None:
-            raise DataError(
-                f"{path}: retain logs lack {dotted!r} (needed for {why}); evaluate the retain "
-                "model with that metric first, or download open-unlearning's eval logs"
-            )
-        node = node[part]
-    return node
-
-
-def read_eval_logs(path: str | Path, *, need_truth_ratio: bool, need_min_k: bool) -> EvalLogs:
-    """Shared by TOFU and MUSE: read an ``<BENCH>_EVAL.json`` and check the needed keys."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: retain logs not found") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    if not isinstance(raw, dict):
-        raise DataError(f"{path}: expected a JSON object of metric results")
-    tr = auc = None
-    if need_truth_ratio:
-        vbi = _need(raw, "forget_truth_ratio.value_by_index", str(path), "forget_quality")
-        tr = {}
-        for key, item in vbi.items():
-            score = item.get("score") if isinstance(item, Mapping) else None
-            if not (score is None or (isinstance(score, (int, float)) and not isinstance(score, bool))):
-                raise DataError(f"{path}: forget_truth_ratio row {key}: score must be a number, got {score!r}")
-            tr[str(key)] = None if score is None else float(score)
-    if need_min_k:
-        value = _need(raw, "mia_min_k.agg_value", str(path), "privleak")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-            raise DataError(f"{path}: mia_min_k.agg_value must be a number, got {value!r}")
-        auc = float(value)
-    return EvalLogs(str(path), tr, auc, raw)
-
-
-def load_eval_logs(path: str | Path) -> EvalLogs:
-    """A retain model's ``TOFU_EVAL.json``: needs ``forget_truth_ratio.value_by_index``
-    (forget quality) and ``mia_min_k.agg_value`` (privleak)."""
-    return read_eval_logs(path, need_truth_ratio=True, need_min_k=True)

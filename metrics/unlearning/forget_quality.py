@@ -17,9 +17,13 @@ from ...engine import Result, metric
 NO_RETAIN_FQ = "no retain-model truth ratios: forget quality needs --retain-logs or --retain-model (open-unlearning: retain_logs_path)"
 
 
-def _scores_of(x: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
+def _scores_of(x: Mapping[str, Any] | Sequence[Any], side: str) -> np.ndarray:
     """Scores from a ``value_by_index`` mapping (``{"<row>": {"score"}}``) or a list."""
     if isinstance(x, Mapping):
+        bad = next(((k, v) for k, v in x.items() if not (isinstance(v, Mapping) and "score" in v)), None)
+        if bad is not None:  # retain logs are checked on reading; this names a row that came another way
+            kind = "an object without 'score'" if isinstance(bad[1], Mapping) else f"a {type(bad[1]).__name__}"
+            raise ValueError(f"{side} truth ratios: value_by_index[{bad[0]!r}] is {kind}, expected {{score}}")
         x = [v["score"] for v in x.values()]
     return np.asarray([np.nan if s is None else s for s in x], dtype=np.float64)
 
@@ -38,7 +42,7 @@ def forget_quality(
         return {"agg_value": None, "reason": NO_RETAIN_FQ}
     from scipy.stats import ks_2samp  # imported here: scipy.stats costs ~0.5 s at start-up
 
-    p = float(ks_2samp(_scores_of(model_truth_ratios), _scores_of(retain_truth_ratios)).pvalue)
+    p = float(ks_2samp(_scores_of(model_truth_ratios, "model"), _scores_of(retain_truth_ratios, "retain")).pvalue)
     out: dict[str, Any] = {"agg_value": p}
     if math.isnan(p):
         out["reason"] = "a truth ratio is NaN (an item with no scored tokens)"

@@ -6,6 +6,7 @@ Mirrors open-unlearning at commit d3d7cf9, ``src/evals/metrics/privacy.py:35-66`
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...engine import Params, Result, metric
@@ -23,7 +24,10 @@ def privleak(auc_model: float, auc_retain: float | None = None, ref_value: float
         auc_retain = ref_value
         out["reason"] = f"no retain-model AUC (no --retain-logs or --retain-model): compared with AUC {ref_value}"
     s, r = 1.0 - float(auc_model), 1.0 - float(auc_retain)
-    return {"agg_value": (s - r) / (r + 1e-10) * 100.0, **out}
+    value = (s - r) / (r + 1e-10) * 100.0
+    if not math.isfinite(value) and "reason" not in out:  # a NaN that says why (the retain logs are checked on reading)
+        out["reason"] = f"privleak is {value}: an AUC is not a number in [0, 1] (model {auc_model!r}, retain {auc_retain!r})"
+    return {"agg_value": value, **out}
 
 
 def rel_diff(score: float, reference: float | None = None, ref_value: float = 0.5) -> dict[str, Any]:

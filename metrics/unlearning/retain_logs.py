@@ -20,4 +20,7 @@ def from_logs(retain_logs: dict, params: LogKey) -> Result:
     """One metric's entry read from reference logs (an open-unlearning or evaldag EVAL.json)."""
     if params.key not in retain_logs:
         return Result(None, reason=f"the retain logs have no {params.key!r} entry")
-    return Result.from_dict(retain_logs[params.key])
+    entry = retain_logs[params.key]
+    if not isinstance(entry, dict):  # the benchmarks check the keys they read up front; a Python caller may not
+        return Result(None, reason=f"the retain logs' {params.key!r} entry is a {type(entry).__name__}, not an object")
+    return Result.from_dict(entry)
