@@ -317,6 +317,85 @@ class Campaign:
             out, err = p.communicate(timeout=900)
             self.classify("8 writers of one --out", subprocess.CompletedProcess([], p.returncode, out, err), outputs(d / "out"), self.want)
 
+    # ---- issue 26: data and reference-log reading
+    def hostile_data(self) -> None:
+        """Broken data and retain logs: each must be one `evaldag: error:` line naming the file (and
+        row/field/key), exit 2, no --out folder. Exit 0 is a wrong number (bad data scored)."""
+        good = self.work / "tofu_good"
+        if not good.exists():
+            shutil.copytree(FIX / "tofu_tiny", good)
+        forget = good / "forget10_perturbed.json"
+        rows = [json.loads(line) for line in forget.read_text().splitlines() if line.strip()]
+        logs0 = json.loads((FIX / "open_unlearning" / "retain_TOFU_EVAL.json").read_text())
+
+        def data_case(kind: str, edit, must: list[str], metrics: str = "forget_truth_ratio") -> None:
+            d = self.trial_dir()
+            data = d / "data"
+            shutil.copytree(good, data)
+            edit(data)
+            cmd = [EVALDAG, "run", "tofu", "--model", str(self.target), "--data", str(data), "--metrics", metrics,
+                   "--device", "cpu", "--quiet", "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
+            self._refused(kind, evaldag(cmd), d / "out", [m.replace("DATA", str(data)) for m in must])
+
+        def rows_with(i: int, **change):
+            return lambda data: (data / forget.name).write_text(
+                "".join(json.dumps({**r, **change} if n == i else r) + "\n" for n, r in enumerate(rows)))
+
+        def latin1(name: str, line: int, word: bytes):
+            def edit(data: Path) -> None:  # one Latin-1 e-acute in the word's second character
+                lines = (data / name).read_bytes().split(b"\n")
+                lines[line - 1] = lines[line - 1].replace(word, word[:1] + b"\xe9" + word[2:], 1)
+                (data / name).write_bytes(b"\n".join(lines))
+            return edit
+
+        data_case("non-UTF-8 data file", latin1(forget.name, 2, b"Dara"), [f"DATA/{forget.name}: line 2 (row 1, 0-based)", "0xe9"])
+        data_case("non-UTF-8 data file", latin1("holdout10.json", 5, b"Nessa"), ["DATA/holdout10.json: line 5 (row 4, 0-based)", "0xe9"],
+                  "mia_min_k")
+        d = self.trial_dir()
+        (d / "model.yaml").write_bytes(b"template_args:\n  question_start_tag: 'Qu\xe9stion: '\n")
+        cmd = [EVALDAG, "run", "tofu", "--model", str(self.target), "--data", str(good), "--metrics", "forget_Q_A_Prob",
+               "--template-args", str(d / "model.yaml"), "--quiet", "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
+        self._refused("non-UTF-8 data file", evaldag(cmd), d / "out", [f"{d / 'model.yaml'}: line 2", "0xe9"])
+        for i, change in enumerate([{"paraphrased_answer": ""}, {"paraphrased_answer": "  "},
+                                    {"perturbed_answer": ["", *rows[3]["perturbed_answer"][1:]]},
+                                    {"perturbed_answer": [*rows[3]["perturbed_answer"][:4], "\t"]}]):
+            field = "paraphrased_answer" if "paraphrased_answer" in change else f"perturbed_answer.{0 if i == 2 else 4}"
+            data_case("empty paraphrased/perturbed answer", rows_with(3, **change),
+                      [f"DATA/{forget.name}: row 3 (0-based), field '{field}'", "empty"])
+
+        def logs_case(kind: str, edit, must: list[str], metrics: str) -> None:
+            d = self.trial_dir()
+            logs = json.loads(json.dumps(logs0))
+            edit(logs)
+            (d / "TOFU_EVAL.json").write_text(json.dumps(logs))
+            cmd = [EVALDAG, "run", "tofu", "--model", str(self.target), "--data", str(good), "--metrics", metrics,
+                   "--retain-logs", str(d / "TOFU_EVAL.json"), "--device", "cpu", "--quiet",
+                   "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
+            self._refused(kind, evaldag(cmd), d / "out", [f"{d / 'TOFU_EVAL.json'}: " + m for m in must])
+
+        vbi = logs0["forget_truth_ratio"]["value_by_index"]
+        logs_case("retain logs value_by_index list", lambda x: x["forget_truth_ratio"].update(value_by_index=list(vbi.values())),
+                  ["forget_truth_ratio.value_by_index is a list"], "forget_truth_ratio,forget_quality")
+        for auc in (float("inf"), 7.5):
+            logs_case("retain logs AUC Infinity / 7.5", lambda x, auc=auc: x["mia_min_k"].update(agg_value=auc),
+                      [f"mia_min_k.agg_value is {auc!r}"], "mia_min_k,privleak")
+
+    def _refused(self, kind: str, proc: subprocess.CompletedProcess, out: Path, must: list[str]) -> None:
+        """Failed clearly: exit 2, one stderr line naming every `must`, no --out folder; exit 0: wrong numbers."""
+        row = self.rows[kind]
+        row[0] += 1
+        lines = proc.stderr.strip().splitlines()
+        clear = (proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("evaldag: error: ")
+                 and all(m in lines[0] for m in must) and not out.exists())
+        if proc.returncode == 0:
+            row[4] += 1
+        elif clear:
+            row[2] += 1
+        else:  # a traceback, or an error that does not say where
+            row[3] += 1
+        if not clear:
+            self.notes.append(f"{kind} (trial {self.n}, exit {proc.returncode}): {(lines or [''])[-1][:160]}")
+
     # ------------------------------------------------------------------ report
     def table(self) -> str:
         w = max(len(k) for k in self.rows) + 2
@@ -362,17 +441,22 @@ def main() -> int:
     p.add_argument("--corruptions", type=int, default=1, help="trials per (file kind, mode)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="/tmp/evaldag-fault-campaign")
+    p.add_argument("--only", default=None, help="NAME[,NAME]: run only these Campaign methods (e.g. hostile_data)")
     a = p.parse_args()
+    only = set(a.only.split(",")) if a.only else None
+    run = lambda name: only is None or name in only  # noqa: E731
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     c = Campaign(work, a.seed)
-    c.baseline()
-    c.kills(a.kills)
-    c.corruptions(a.corruptions)
-    c.full_disks()
-    c.hostile()
-    c.trust()
+    if only is None or only & {"kills", "corruptions", "full_disks", "hostile", "trust"}:
+        c.baseline()  # the cache-fault methods compare with it
+    for name, step in (("kills", lambda: c.kills(a.kills)), ("corruptions", lambda: c.corruptions(a.corruptions)),
+                       ("full_disks", c.full_disks), ("hostile", c.hostile), ("trust", c.trust)):
+        if run(name):
+            step()
+    if run("hostile_data"):
+        c.hostile_data()
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0
