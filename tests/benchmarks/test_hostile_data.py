@@ -325,3 +325,17 @@ def test_probe_jsonl_names_a_bad_line(tmp_path):
     path.write_text('{"a": 1}\n\n{"a": \n')
     with pytest.raises(ValueError, match=rf"^{path}:3: not JSON \(Expecting value: line 1 column 7"):
         probes.read_jsonl(path)
+
+
+def test_cli_probe_data_not_utf8_is_refused_while_building(tmp_path, capsys, no_model_loads):
+    data = tmp_path / "pd"
+    shutil.copytree(FIX / "probe_data", data)
+    _latin1(data / "isear" / "isear_samples.txt", "I was happy\nI was caf\xe9\n")
+    out = tmp_path / "out"
+    code = cli.main(["run", "probes", "--probes", "isear", "--probe-data", str(data), "--generator", f"hf:{TARGET}",
+                     "--max-new-tokens", "2", "--sample-k", "2", "--no-cis", "--quiet",
+                     "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert [code, out.exists()] == [2, False]
+    assert err == (f"evaldag: error: {data / 'isear' / 'isear_samples.txt'}: line 2, column 10: byte 0xe9 is not UTF-8 "
+                   "(byte offset 21: invalid continuation byte); save the file as UTF-8\n")
