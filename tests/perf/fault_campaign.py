@@ -356,6 +356,16 @@ class Campaign:
         cmd = [EVALDAG, "run", "tofu", "--model", str(self.target), "--data", str(good), "--metrics", "forget_Q_A_Prob",
                "--template-args", str(d / "model.yaml"), "--quiet", "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
         self._refused("non-UTF-8 data file", evaldag(cmd), d / "out", [f"{d / 'model.yaml'}: line 2", "0xe9"])
+        d = self.trial_dir()  # probe data (read while the graph is built)
+        shutil.copytree(FIX / "probe_data", d / "pd")
+        (d / "pd" / "isear" / "isear_samples.txt").write_bytes(b"I was happy\nI was caf\xe9\n")
+        cmd = [EVALDAG, "run", "probes", "--probes", "isear", "--probe-data", str(d / "pd"), "--generator", f"hf:{self.target}",
+               "--max-new-tokens", "2", "--sample-k", "2", "--no-cis", "--quiet", "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
+        self._refused("non-UTF-8 data file", evaldag(cmd), d / "out", [f"{d / 'pd' / 'isear' / 'isear_samples.txt'}: line 2", "0xe9"])
+        d = self.trial_dir()  # WEAT embeddings text: parsed inside the run (a warm rerun never parses it)
+        (d / "v.txt").write_bytes(b"2 2\ncat 0.1 0.2\ncaf\xe9 0.3 0.4\n")
+        cmd = [EVALDAG, "run", "weat", "--embeddings", str(d / "v.txt"), "--quiet", "--out", str(d / "out"), "--cache-dir", str(d / "cache")]
+        self._refused("non-UTF-8 embeddings (WEAT)", evaldag(cmd), d / "out", [f"{d / 'v.txt'}:3", "0xe9"])
         for i, change in enumerate([{"paraphrased_answer": ""}, {"paraphrased_answer": "  "},
                                     {"perturbed_answer": ["", *rows[3]["perturbed_answer"][1:]]},
                                     {"perturbed_answer": [*rows[3]["perturbed_answer"][:4], "\t"]}]):
