@@ -17,10 +17,11 @@ import inspect
 import os
 import time
 import traceback
+import warnings
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
-from .cache import Cache, CacheWriteError
+from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
 from .requests import Request
@@ -44,6 +45,8 @@ def run(
     batch_tokens: int | None = None,
     provenance: dict | None = None,
     deterministic: bool = False,
+    init_cache: bool = False,
+    lock_timeout: float | None = None,
 ) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
@@ -55,13 +58,16 @@ def run(
     provenance block. ``deterministic`` runs every model request alone, in a fixed order
     (values independent of batching; its results are cached apart from batched ones). A
     cache that cannot be written (full disk) stops the run with :class:`CacheWriteError`;
-    what was stored before stays valid.
+    what was stored before stays valid. A non-empty folder without the cache marker is
+    refused (:class:`NotACache`) unless ``init_cache``; an empty or new one becomes a cache.
+    A node whose lock another process holds is waited for (saying so after a few seconds);
+    ``lock_timeout`` seconds end that wait with :class:`LockTimeout`, what was computed stored.
     """
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
     cache = Cache.open(cache if cache is not None else cache_dir)
-    cache.mark()  # clear/prune only ever touch a root that carries the cache's marker
+    cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     cache.sweep()
@@ -72,7 +78,12 @@ def run(
         executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens,
                                         deterministic=deterministic)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
-        runner.go()
+        runner.lock_timeout = lock_timeout
+        try:
+            runner.go()
+        finally:
+            if cache.left_alone():  # newer-format or unreadable entries: said once, never overwritten
+                warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=2)
         execution = {"deterministic": deterministic or bool(getattr(executor, "deterministic", False)),
                      "batch_tokens": getattr(executor, "batch_tokens", batch_tokens)}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
@@ -92,6 +103,7 @@ class _Runner:
         self.g, self.rs, self.ex = graph, rs, executor
         self.store, self.history = cache.nodes, cache.history
         self.n_jobs, self.force = n_jobs, force
+        self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = _slots(graph)
@@ -132,8 +144,8 @@ class _Runner:
         finally:
             for lk in locks.values():
                 lk.release()
-        for v in theirs:
-            with self.store.lock(v.fingerprint):
+        for v in theirs:  # another process computes it: wait, saying for whom after a few seconds
+            with self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout):
                 if not self._drop_done([v]):
                     continue
                 self._compute([v])

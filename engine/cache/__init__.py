@@ -3,7 +3,7 @@
 ::
 
     <root>/objects/<ab>/<fp>.safetensors   node values          cache.nodes    (nodes.py)
-    <root>/locks/                          per-node file locks  cache.nodes
+    <root>/locks/                          per-node file locks and holder records  cache.nodes (locks.py)
     <root>/requests.sqlite                 model request results cache.requests (requests.py)
     <root>/history/                        last components per node slot  cache.history (history.py)
     <root>/filehash.json                   model-file hash memo cache.filehash (filehash.py)
@@ -11,6 +11,9 @@
 
 A root this process cannot write is read-only (``cache.read_only``): it is read, never
 locked or written; ``Cache(rw, read_from=ro)`` reads ``ro`` where ``rw`` has no entry.
+``Cache(root, inspect=True)`` is read-only too, whatever the permissions: what ``cache
+ls``, ``info``, ``explain`` and ``verify`` open, so looking never changes anything. A run
+adopts a root only if it is marked, new or empty (``claim``; safety.py).
 
 The codec (codec.py) is the one pickle-free format of node values and request results;
 files.py holds the rules every file obeys (atomic writes, no links followed, temporaries
@@ -26,32 +29,38 @@ import os
 import time
 from pathlib import Path
 
-from .codec import CorruptEntry, CorruptEntryWarning, EncodeError
+from .codec import CorruptEntry, CorruptEntryWarning, EncodeError, NewerFormat, leave_reason
 from .filehash import FileHashMemo, file_sha256
 from .files import CacheWriteError, LinkWarning, atomic_write, default_cache_dir, sweep_temps
 from .history import History
+from .locks import LockTimeout
 from .nodes import Entry, NodeStore
 from .requests import DamagedDatabaseWarning, RequestStore
-from .safety import MARKER, NotACache, ReadOnlyCache, clear_entries, require_marker, writable, write_marker
+from .safety import MARKER, NotACache, ReadOnlyCache, cache_root, claim_root, clear_entries, require_marker, writable
 
 __all__ = [
     "MARKER", "Cache", "CacheWriteError", "CorruptEntry", "CorruptEntryWarning", "DamagedDatabaseWarning",
-    "EncodeError", "Entry", "FileHashMemo", "History", "LinkWarning", "NodeStore", "NotACache", "ReadOnlyCache",
-    "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+    "EncodeError", "Entry", "FileHashMemo", "History", "LeftAloneWarning", "LinkWarning", "LockTimeout", "NewerFormat",
+    "NodeStore", "NotACache", "ReadOnlyCache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
 ]
+
+
+class LeftAloneWarning(UserWarning):
+    """Entries a run skipped and did not overwrite: a newer evaldag's format, or unreadable to this user."""
 
 
 class Cache:
     """Every store under one root. ``rehash=True`` ignores the file-hash memo (``--rehash``)."""
 
     def __init__(self, root: str | os.PathLike | None = None, *, rehash: bool = False,
-                 read_from: str | os.PathLike | None = None):
-        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+                 read_from: str | os.PathLike | None = None, inspect: bool = False):
+        self.root = cache_root(root)  # an empty path is refused, never taken as the working directory
         # a cache this process cannot write (a team's shared cache on a read-only mount) is read-only:
-        # no lock files, no history, nothing stored; a run that needs new work is refused up front
-        self.read_only = not writable(self.root)
+        # no lock files, no history, nothing stored; a run that needs new work is refused up front.
+        # inspect: opened to look at (cache ls/info/explain/verify), so nothing is ever changed
+        self.read_only = inspect or not writable(self.root)
         # read_from: a read-only cache under this one; entries are read from it, new ones go here
-        self.read_from = Path(read_from).expanduser() if read_from is not None else None
+        self.read_from = cache_root(read_from) if read_from is not None else None
         ro, under = self.read_only, self.read_from
         self.nodes = NodeStore(self.root, read_only=ro, under=NodeStore(under, read_only=True) if under else None)
         self.requests = RequestStore(self.root, read_only=ro, under=RequestStore(under, read_only=True) if under else None)
@@ -71,18 +80,27 @@ class Cache:
         return 0 if self.read_only else sweep_temps(self.root)
 
     def info(self) -> dict:
-        """Counts and sizes; reads only (a damaged request database is named, not repaired)."""
+        """Counts and sizes; reads only headers (a damaged request database is named, not repaired;
+        entries in a newer format or unreadable to this user are counted apart)."""
         files = list(self.nodes.entries())
         req = self.requests.path
         rows, problem = self.requests.peek_count()
+        kept = [why for why in map(leave_reason, files) if why is not None]
         out = {
             "root": str(self.root),
             "nodes": len(files),
-            "node_bytes": sum(f.stat().st_size for f in files),
+            "node_bytes": sum(f.lstat().st_size for f in files),
             "requests": rows,
             "request_bytes": req.stat().st_size if req.exists() else 0,
         }
-        if problem:
+        if kept:
+            out["nodes_newer_format"] = sum(w.startswith("newer") for w in kept)
+            out["nodes_unreadable"] = sum(w.startswith("unreadable") for w in kept)
+        if self.nodes.unlisted:
+            out["unreadable_folders"] = [str(p) for p in self.nodes.unlisted]
+        if problem and self.requests.unreadable():
+            out["requests_problem"] = f"{self.requests.path}: unreadable ({self.requests.unreadable()}); left alone"
+        elif problem:
             out["requests_problem"] = f"{problem}; `evaldag cache verify --repair` moves it aside, a run rebuilds it"
         return out
 
@@ -91,20 +109,36 @@ class Cache:
         return self.nodes.verify() + self.requests.check()
 
     def repair(self) -> list[str]:
-        """Delete failing node entries; move a damaged request database aside (rebuilt empty)."""
+        """Delete corrupt node entries (never a newer evldag's or an unreadable one); move a damaged
+        request database aside (rebuilt empty)."""
+        require_marker(self.root)
         done = []
-        for fp in [p.stem for p in self.nodes.entries()]:
-            if self.nodes.get(fp) is None:
-                done.append(f"removed {self.nodes.path(fp)}")
+        for p, state, _ in list(self.nodes.survey()):
+            if state == "corrupt":
+                p.unlink(missing_ok=True)
+                done.append(f"removed {p}")
         bad = self.requests.check()
         if bad:
             done.append(f"moved {self.requests.path} to {self.requests.recover(bad[0])}")
         return done
 
-    def mark(self) -> None:
-        """Write the root marker (``run()`` does, before it stores anything)."""
-        if not self.read_only:
-            write_marker(self.root)
+    def claim(self, init: bool = False) -> None:
+        """Before a run uses the cache: refuse a non-empty folder without the marker unless ``init``
+        (``--init-cache``), and mark the root (``run()`` does, before it sweeps or stores anything)."""
+        claim_root(self.root, init=init, read_only=self.read_only)
+        if self.read_from is not None:
+            claim_root(self.read_from, init=init, read_only=True, what="--cache-read-from")
+
+    def left_alone(self) -> str | None:
+        """One sentence on entries a run skipped and did not overwrite, or None."""
+        why = list(self.nodes.left.values())
+        if not why:
+            return None
+        newer = sum("newer than this evaldag" in w or "newer format" in w for w in why)
+        parts = ([f"{newer} in a newer format (a newer evaldag wrote them)"] if newer else []) + \
+                ([f"{len(why) - newer} unreadable to this user"] if len(why) > newer else [])
+        return (f"{len(why)} cache entries left alone ({', '.join(parts)}): their nodes were recomputed and not "
+                f"stored; first: {why[0]}")
 
     def check_writable(self, missing: list[str]) -> None:
         """A read-only cache refuses a run that would have to store ``missing`` nodes, naming them."""
@@ -131,4 +165,7 @@ class Cache:
         are never followed (safety.py).
         """
         self.requests.close()
-        return clear_entries(self.root)
+        kept: list[str] = []
+        removed, left = clear_entries(self.root, kept)
+        self.kept = kept
+        return removed, left

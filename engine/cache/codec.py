@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +37,17 @@ class EncodeError(TypeError):
 
 class CorruptEntry(Exception):
     """An entry failed its checksum, does not match what was asked, or could not be parsed."""
+
+
+class NewerFormat(Exception):
+    """An entry in a format newer than this evaldag's (``evaldag-node-2`` and on), as a newer
+    evaldag sharing the cache writes it: it is not ours to judge, so it is skipped, reported
+    and never deleted or overwritten."""
+
+
+def _newer(fmt: object) -> bool:
+    m = re.fullmatch(r"evaldag-node-(\d{1,6})", fmt) if isinstance(fmt, str) else None
+    return m is not None and int(m.group(1)) > int(FORMAT.rsplit("-", 1)[1])
 
 
 class CorruptEntryWarning(UserWarning):
@@ -162,6 +175,8 @@ def unpack(data: bytes, where: str = "") -> tuple[Any, dict]:
             raise CorruptEntry(f"{where}: unreadable (header length {header_len} exceeds the entry, {len(data)} bytes)")
         header = loads_bounded(data[8 : 8 + header_len], where)
         md = header["__metadata__"]
+        if _newer(md.get("format")):
+            raise NewerFormat(f"{where}: format {md.get('format')!r}, newer than this evaldag's {FORMAT!r}")
         if md.get("format") != FORMAT:
             raise CorruptEntry(f"{where}: unknown format {md.get('format')!r}")
         arrays = load(data)
@@ -171,7 +186,28 @@ def unpack(data: bytes, where: str = "") -> tuple[Any, dict]:
         if not isinstance(meta, dict):
             raise CorruptEntry(f"{where}: metadata is not an object")
         return decode(skeleton, arrays), meta
-    except CorruptEntry:
+    except (CorruptEntry, NewerFormat):
         raise
     except Exception as e:  # truncated, not JSON, not safetensors, a skeleton naming a missing array...
         raise CorruptEntry(f"{where}: unreadable ({type(e).__name__}: {e})") from None
+
+
+def leave_reason(path: "os.PathLike | str") -> str | None:
+    """Why a maintenance pass (clear, prune, a run's repair) must leave the entry file at ``path``
+    alone, reading only its header: ``"unreadable (...)"`` when this user cannot open it (another
+    user's cache under umask 077), ``"newer format ..."`` when a newer evaldag wrote it; None
+    when it is ours to judge (valid, corrupt or gone)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 0 < n <= MAX_HEADER_BYTES:
+                return None
+            md = json.loads(f.read(n)).get("__metadata__", {})
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    except (ValueError, RecursionError, AttributeError):
+        return None
+    fmt = md.get("format") if isinstance(md, dict) else None
+    return f"newer format {fmt!r}" if _newer(fmt) else None

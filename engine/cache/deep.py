@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..declare import REGISTRY
-from .codec import CorruptEntry, encode
+from .codec import CorruptEntry, NewerFormat, encode
 from .nodes import NodeStore
 
 
@@ -52,8 +52,11 @@ def verify_deep(nodes: NodeStore, sample: int = 50, seed: int = 0) -> DeepReport
             break
         try:
             entry = nodes.read(p.stem)
+        except NewerFormat:
+            rep.skip("in a newer format")
+            continue
         except (CorruptEntry, OSError):
-            rep.skip("corrupt (see verify)")
+            rep.skip("corrupt or unreadable (see verify)")
             continue
         comps = entry.meta.get("components") or {}
         m = REGISTRY.get(str(entry.meta.get("metric")))

@@ -8,7 +8,9 @@
   (callers warn and treat the entry as absent). The root itself may be a link: that is
   the user's choice of folder.
 * :func:`sweep_temps`: temporaries left by a killed writer (older than
-  :data:`TMP_MAX_AGE_S`; a live write takes seconds) are removed.
+  :data:`TMP_MAX_AGE_S`; a live write takes seconds) are removed. Only names carrying
+  evaldag's own mark (:data:`TMP_PREFIX`, ``.evaldag-tmp-``) are temporaries: a user's
+  ``.tmp-editor-swap`` in a folder mistaken for a cache is never one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".evaldag-tmp-"  # every temporary evaldag makes, and the only names its sweeps delete
 TMP_MAX_AGE_S = 3600.0
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -48,6 +50,9 @@ class LinkWarning(UserWarning):
 def default_cache_dir() -> Path:
     """``EVALDAG_CACHE_DIR``, else the user cache dir (``~/.cache/evaldag`` on Linux)."""
     env = os.environ.get("EVALDAG_CACHE_DIR")
+    if env is not None and not env.strip():  # set but empty: an unset variable, never "the working directory"
+        raise ValueError("EVALDAG_CACHE_DIR is set but empty (an unset variable?): give it a folder, or unset it "
+                         "for the default cache")
     if env:
         return Path(env).expanduser()
     from platformdirs import user_cache_dir  # only needed when no folder was given
@@ -116,8 +121,9 @@ def is_temp(p: Path) -> bool:
     return p.name.startswith(TMP_PREFIX)
 
 
-def walk_files(root: Path, top: Path) -> Iterator[Path]:
-    """Regular files below ``top`` without following links; each link met is warned about."""
+def walk_files(root: Path, top: Path, unlisted: list[Path] | None = None) -> Iterator[Path]:
+    """Regular files below ``top`` without following links; each link met is warned about.
+    Folders this user cannot list (another user's, umask 077) are added to ``unlisted``."""
     try:
         inside(root, top)
     except LinkRefused as e:
@@ -125,7 +131,11 @@ def walk_files(root: Path, top: Path) -> Iterator[Path]:
         return
     if not top.is_dir():
         return
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+    def denied(e: OSError) -> None:
+        if unlisted is not None and e.filename is not None:
+            unlisted.append(Path(e.filename))
+
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False, onerror=denied):
         for d in sorted(dirnames):
             if os.path.islink(os.path.join(dirpath, d)):
                 refuse(LinkRefused(errno.ELOOP, "link", os.path.join(dirpath, d)), "listing the cache")

@@ -2,13 +2,15 @@
 
 ``history/<sha(name)>.json`` per slot (a display name, or a child's slot + access key).
 A missing, unreadable, oversized, malformed or linked file reads as "no history" (the
-reason becomes ``new``); nothing is written through a link.
+reason becomes ``new``); nothing is written through a link, and a file this user cannot
+read (another user's, umask 077) is left as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from .files import LinkRefused, atomic_write, inside, refuse
@@ -38,6 +40,9 @@ class History:
 
     def remember(self, name: str, components: dict) -> None:
         if self.read_only:
+            return
+        p = self.path(name)
+        if os.path.lexists(p) and not os.access(p, os.R_OK):  # another user's (umask 077): not ours to replace
             return
         try:
             atomic_write(self.path(name), json.dumps(components, sort_keys=True).encode(), root=self.root)

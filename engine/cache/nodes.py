@@ -13,6 +13,12 @@ another node's path is refused), the metric name equals the asking node's, and t
 value's type equals the recorded one. Any mismatch, a bad checksum or a truncated file
 is reported, the entry discarded and the node recomputed. Nothing is ever unpickled.
 Links below the root are never followed (see files.py).
+
+Two kinds of entry are never judged, deleted or overwritten, only skipped and counted in
+``left`` (a run recomputes the node without storing it): one in a newer format (a newer
+evaldag sharing the cache wrote it) and one this user cannot read (another user's cache
+under umask 077). A read-only store (``Cache(..., inspect=True)``, what ``cache ls``,
+``info``, ``explain`` and ``verify`` open) never deletes anything, corrupt entries included.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
-from .codec import MAX_HEADER_BYTES, CorruptEntry, CorruptEntryWarning, pack, unpack
+from .codec import MAX_HEADER_BYTES, CorruptEntry, CorruptEntryWarning, NewerFormat, leave_reason, pack, unpack
 from .files import LinkRefused, atomic_write, inside, is_temp, refuse, walk_files
+from .locks import NodeLock, wait
 from .safety import ReadOnlyCache
 
 MAX_ENTRY_BYTES = 8 << 30  # larger than any node value; a bigger file is not ours
@@ -88,21 +95,27 @@ class NodeStore:
         self.read_only = read_only  # no writes, no lock files: a shared cache on a read-only mount
         self.under = under  # a read-only store read where this one has no entry (--cache-read-from)
         self.corrupt: list[str] = []  # fingerprints found corrupt during this process
+        self.left: dict[str, str] = {}  # fingerprint -> why its entry was left alone (newer format, unreadable)
+        self.unlisted: list[Path] = []  # folders under objects/ this user cannot list (last entries() walk)
 
     # ------------------------------------------------------------------ paths
     def path(self, fp: str) -> Path:
         return self.root / "objects" / fp[:2] / f"{fp}.safetensors"
 
-    def lock(self, fp: str) -> "FileLock | NoLock":
+    def lock(self, fp: str) -> "NodeLock | NoLock":
         if self.read_only:  # nothing is written, so nothing to guard; and no lock file can be made
             return NoLock()
         p = self.root / "locks" / fp[:2] / f"{fp}.lock"
         inside(self.root, p)
         p.parent.mkdir(parents=True, exist_ok=True)
         inside(self.root, p)
-        return FileLock(str(p))
+        return NodeLock(p, self.root)
 
-    def try_lock(self, fp: str) -> "FileLock | NoLock | None":
+    def wait_lock(self, fp: str, what: str, timeout: float | None = None) -> "NodeLock | NoLock":
+        """The node's lock, waited for: says who holds it after a few seconds, gives up after ``timeout`` (locks.py)."""
+        return wait(self.lock(fp), what, timeout)
+
+    def try_lock(self, fp: str) -> "NodeLock | NoLock | None":
         """Take the node's lock without waiting; None if another process holds it."""
         lk = self.lock(fp)
         try:
@@ -132,16 +145,26 @@ class NodeStore:
         except LinkRefused as e:
             refuse(e, f"reading node {fp[:16]}")
             return None
+        except NewerFormat as e:
+            self.left[fp] = str(e)
+            return None
+        except OSError as e:  # permission denied (another user's umask 077), EIO: never judged, never deleted
+            self.left[fp] = f"{self.path(fp)}: unreadable ({e.strerror or e})"
+            return None
         except CorruptEntry as e:
-            warnings.warn(f"corrupt cache entry discarded, will recompute: {e}", CorruptEntryWarning, stacklevel=2)
             self.corrupt.append(fp)
+            if self.read_only:  # inspecting (cache ls/info/explain) or a read-only cache: reported, left in place
+                return None
+            warnings.warn(f"corrupt cache entry discarded, will recompute: {e}", CorruptEntryWarning, stacklevel=2)
             try:
                 self.path(fp).unlink()
-            except OSError:  # gone already, or a read-only cache: left in place
+            except OSError:  # gone already
                 pass
             return None
 
     def put(self, fp: str, value: Any, meta: dict) -> None:
+        if fp in self.left:  # a newer evaldag's entry, or one we cannot read: not ours to overwrite
+            return
         if self.read_only:
             raise ReadOnlyCache(f"the cache {self.root} is read-only: cannot store {meta.get('node', fp[:12])}")
         meta = {**meta, "fingerprint": fp, "value_type": type(value).__name__, "written_at": time.time()}
@@ -159,18 +182,33 @@ class NodeStore:
     # ------------------------------------------------------------------ maintenance
     def entries(self) -> Iterator[Path]:
         """Entry files: never temporaries, never a symbolic link (file or folder), so prune never follows one."""
-        for p in walk_files(self.root, self.root / "objects"):
+        self.unlisted = []
+        for p in walk_files(self.root, self.root / "objects", self.unlisted):
             if p.suffix == ".safetensors" and not is_temp(p) and p.parent.parent == self.root / "objects":
                 yield p
 
-    def verify(self) -> list[str]:
-        """Check every entry (checksum, name, type); returns ``"path: why"`` for each failure (left in place)."""
-        bad = []
+    def survey(self) -> Iterator[tuple[Path, str, "Entry | str"]]:
+        """Each entry read and judged, nothing changed: ``(path, state, entry or why)``; state is
+        ``ok``, ``corrupt``, ``newer`` (a newer evaldag's format) or ``unreadable``."""
         for p in self.entries():
             try:
-                self.read(p.stem)
-            except (CorruptEntry, OSError) as e:
-                bad.append(str(e) if str(p) in str(e) else f"{p}: {e}")
+                yield p, "ok", self.read(p.stem)
+            except NewerFormat as e:
+                yield p, "newer", str(e)
+            except CorruptEntry as e:
+                yield p, "corrupt", str(e) if str(p) in str(e) else f"{p}: {e}"
+            except OSError as e:
+                yield p, "unreadable", f"{p}: {e.strerror or e}"
+
+    def verify(self) -> list[str]:
+        """Check every entry (checksum, name, type); ``"path: why"`` for each corrupt one (left in place).
+        Newer-format and unreadable entries are not corrupt: they land in ``left``."""
+        bad = []
+        for p, state, got in self.survey():
+            if state == "corrupt":
+                bad.append(str(got))
+            elif state != "ok":
+                self.left[p.stem] = str(got)
         return bad
 
     def find(self, prefix: str) -> list[str]:
@@ -182,6 +220,10 @@ class NodeStore:
         for p in self.entries():
             st = p.lstat()
             if max(st.st_mtime, st.st_atime) < cutoff:
+                why = leave_reason(p)
+                if why is not None:
+                    self.left[p.stem] = f"{p}: {why}"
+                    continue
                 p.unlink()
                 n += 1
         return n

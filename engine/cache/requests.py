@@ -15,6 +15,9 @@ one is built; the run recomputes what it needs. A full disk is a
 that is a symlink is refused: the run goes on without the request store. A read-only
 store (a shared cache on a read-only mount) is opened immutable and never written;
 ``under`` is a read-only store read for keys this one lacks (``--cache-read-from``).
+A database this user cannot open (another user's cache under umask 077) is neither
+damaged nor ours: it is not used, never moved, and reported as unreadable. A row in a
+newer evaldag's format is a miss, never deleted.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..requests import RESULT_TYPES
-from .codec import CorruptEntry, CorruptEntryWarning, pack, unpack
+from .codec import CorruptEntry, CorruptEntryWarning, NewerFormat, pack, unpack
 from .files import CacheWriteError, LinkRefused, LinkWarning, inside
 from .safety import ReadOnlyCache
 
@@ -110,9 +113,16 @@ class RequestStore:
             raise
         return conn
 
+    def unreadable(self) -> str | None:
+        """Why this user cannot use the database file (``permission denied``), or None."""
+        if not self.path.exists() or self.path.is_symlink():
+            return None
+        need = os.R_OK if self.read_only else os.R_OK | os.W_OK
+        return None if os.access(self.path, need) else "permission denied"
+
     def check(self) -> list[str]:
-        """SQLite's integrity check of the database (and its WAL); ``[]`` when sound or absent."""
-        if not self.path.exists() or not self._check_links():
+        """SQLite's integrity check of the database (and its WAL); ``[]`` when sound, absent or unreadable."""
+        if not self.path.exists() or not self._check_links() or self.unreadable():
             return []
         try:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
@@ -149,6 +159,11 @@ class RequestStore:
         """Run ``op`` on the database; a damaged one is recovered once and ``op`` retried."""
         if self.disabled or not self._check_links():
             return None
+        if self.unreadable():  # not damaged, not ours: never moved aside, just not used
+            self.disabled = True
+            warnings.warn(f"request database {self.path} is unreadable to this user ({self.unreadable()}): "
+                          "not used and left alone; model answers are not cached this run", DamagedDatabaseWarning, stacklevel=3)
+            return None
         try:
             return op(self._db(), *args)
         except sqlite3.DatabaseError as e:
@@ -178,6 +193,8 @@ class RequestStore:
                 try:
                     value, meta = unpack(bytes(payload), where=f"{self.path}:{key[:12]}")
                     found[key] = RESULT_TYPES[kind].from_arrays(value, meta)
+                except NewerFormat:  # a newer evaldag's row: a miss, left alone
+                    continue
                 except (CorruptEntry, KeyError, TypeError, ValueError) as e:
                     warnings.warn(f"corrupt request-cache row discarded: {e}", CorruptEntryWarning, stacklevel=2)
                     if not self.read_only:

@@ -1,10 +1,16 @@
-"""What keeps ``evaldag cache clear`` and ``prune`` inside the cache: a root marker and a walk of known entries.
+"""What keeps the cache inside its folder: a root marker and a walk of known entries.
 
 A cache root carries ``evaldag-cache.json`` (``{"format": 1}``), written when a run first
-uses it. ``clear`` refuses a folder without it, and removes only the files the cache
-writes, by their known names (node objects, locks, history, the request database, the
-file-hash memo, temp files), never following a symbolic link and never leaving the
-root; anything else in the folder is left and counted.
+uses it. A run adopts only a folder that is marked, new or empty (:func:`claim_root`):
+``--cache-dir ~`` or ``--cache-dir ""`` (an unset variable: the working directory) would
+otherwise become a cache whose temporaries are swept and whose entries ``clear`` removes;
+``--init-cache`` (``run(init_cache=True)``) adopts a non-empty folder on purpose.
+``clear``, ``prune`` and the read-only commands refuse a folder without the marker.
+``clear`` removes only the files the cache writes, by their known names (node objects,
+locks and their holder records, history, the request database, the file-hash memo,
+temp files), never following a symbolic link and never leaving the root; anything else
+in the folder is left and counted, and so are entries it must leave alone (a newer
+evaldag's format, or unreadable to this user).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from .files import TMP_PREFIX
+from .codec import leave_reason
+from .files import TMP_PREFIX, default_cache_dir
 
 MARKER = "evaldag-cache.json"
 FORMAT = 1
@@ -24,8 +31,9 @@ _SQLITE = ("requests.sqlite", "requests.sqlite-wal", "requests.sqlite-shm", "req
 _MEMO = ("filehash.json", "filehash.json.lock")
 
 
-class NotACache(Exception):
-    """A folder that the cache did not create (no marker): it is never cleared or pruned."""
+class NotACache(ValueError):
+    """A folder that the cache did not create (no marker), or no folder at all (an empty path):
+    it is never adopted, swept, cleared, pruned or inspected."""
 
 
 class ReadOnlyCache(OSError):
@@ -39,6 +47,48 @@ def writable(root: Path) -> bool:
     while not where.exists() and where != where.parent:
         where = where.parent
     return where.is_dir() and os.access(where, os.W_OK | os.X_OK)
+
+
+def cache_root(root: "str | os.PathLike | None") -> Path:
+    """The folder a cache lives in: ``root``, else ``$EVALDAG_CACHE_DIR``, else the user cache dir.
+    An empty path (``--cache-dir "$UNSET"``) is refused, never read as the working directory."""
+    if root is None:
+        try:
+            return default_cache_dir()
+        except ValueError as e:
+            raise NotACache(str(e)) from None
+    if not str(root).strip():
+        raise NotACache("the cache folder is an empty path (an unset variable?): give a folder, or leave it out "
+                        "for the default cache")
+    return Path(root).expanduser()
+
+
+def root_state(root: Path) -> str:
+    """``"marked"``, ``"new"`` (absent or empty), ``"file"`` or ``"foreign"`` (holds things, no marker)."""
+    if (root / MARKER).is_file():
+        return "marked"
+    if not root.exists():
+        return "new"
+    if not root.is_dir():
+        return "file"
+    try:
+        return "foreign" if any(root.iterdir()) else "new"
+    except OSError:
+        return "foreign"
+
+
+def claim_root(root: Path, *, init: bool = False, read_only: bool = False, what: str = "--cache-dir") -> None:
+    """Before a run uses ``root``: refuse a file, or a non-empty folder without the marker (unless
+    ``init``); mark it otherwise (a read-only root is used as it is)."""
+    state = root_state(root)
+    if state == "file":
+        raise NotACache(f"{what} {root}: a file, not a folder")
+    if state == "foreign" and not init:
+        raise NotACache(f"{what} {root}: the folder is not empty and has no {MARKER}, so it is not an evaldag cache; "
+                        "give a new or empty folder, or pass --init-cache to make this one a cache (its "
+                        f"{TMP_PREFIX}* temporaries are then swept and `evaldag cache clear` removes its entries)")
+    if not read_only:
+        write_marker(root)
 
 
 def write_marker(root: Path) -> None:
@@ -58,7 +108,8 @@ def require_marker(root: Path) -> None:
         raise NotACache(f"{root} is not a cache folder")
     if not (root / MARKER).is_file():
         raise NotACache(f"{root} has no {MARKER}: it is not a folder evaldag made as a cache (or one made before "
-                        "evaldag marked its caches: run a benchmark with this --cache-dir once to mark it); nothing removed")
+                        "evaldag marked its caches: `evaldag run ... --cache-dir` with --init-cache marks it); nothing "
+                        "removed or read")
 
 
 def _file(p: Path) -> bool:
@@ -70,21 +121,32 @@ def _dir(p: Path) -> bool:
     return not p.is_symlink() and p.is_dir()
 
 
-def _entries(root: Path):
-    """The files the cache writes under ``root``, by name; directories to remove after them."""
+def _entries(root: Path, kept: list[str] | None = None):
+    """The files the cache writes under ``root``, by name; directories to remove after them.
+    Node entries a newer evaldag wrote, or this user cannot read, are left (``kept``: why)."""
     files: list[Path] = []
     dirs: list[Path] = []
     objects, locks, history = root / "objects", root / "locks", root / "history"
-    for top, suffixes in ((objects, (".safetensors",)), (locks, (".lock",))):
+    for top, suffixes in ((objects, (".safetensors",)), (locks, (".lock", ".holder"))):
         if not _dir(top):
             continue
         for sub in top.iterdir():
             if not (_dir(sub) and len(sub.name) == 2 and _HEX.fullmatch(sub.name)):
                 continue
-            for p in sub.iterdir():
+            try:
+                names = list(sub.iterdir())
+            except OSError as e:  # another user's folder (umask 077): not ours to empty
+                if kept is not None:
+                    kept.append(f"{sub}: unreadable folder ({e.strerror})")
+                continue
+            for p in names:
                 stem = p.name.split(".", 1)[0]
                 if _file(p) and (p.name.startswith(TMP_PREFIX) or (p.suffix in suffixes and _HEX.fullmatch(stem))):
-                    files.append(p)
+                    why = leave_reason(p) if p.suffix == ".safetensors" and top == objects else None
+                    if why is None:
+                        files.append(p)
+                    elif kept is not None:
+                        kept.append(f"{p}: {why}")
             dirs.append(sub)
         dirs.append(top)
     if _dir(history):
@@ -96,10 +158,11 @@ def _entries(root: Path):
     return files, dirs
 
 
-def clear_entries(root: Path) -> tuple[int, list[Path]]:
-    """Remove the cache's own files under a marked ``root``; returns (files removed, paths left)."""
+def clear_entries(root: Path, kept: list[str] | None = None) -> tuple[int, list[Path]]:
+    """Remove the cache's own files under a marked ``root``; returns (files removed, paths left).
+    Entries left alone (newer format, unreadable) are among the paths left, and named in ``kept``."""
     require_marker(root)
-    files, dirs = _entries(root)
+    files, dirs = _entries(root, kept)
     for p in files:
         try:
             p.unlink()
@@ -124,4 +187,5 @@ def clear_entries(root: Path) -> tuple[int, list[Path]]:
     return len(files), left
 
 
-__all__ = ["MARKER", "NotACache", "ReadOnlyCache", "clear_entries", "require_marker", "writable", "write_marker"]
+__all__ = ["MARKER", "NotACache", "ReadOnlyCache", "cache_root", "claim_root", "clear_entries", "require_marker",
+           "root_state", "writable", "write_marker"]

@@ -1,4 +1,11 @@
-"""``evaldag cache info|ls|explain|verify|clear|prune``."""
+"""``evaldag cache info|ls|explain|verify|clear|prune``.
+
+``info``, ``ls``, ``explain`` and ``verify`` (without ``--repair``) open the cache to look
+at it (``Cache(..., inspect=True)``): they never delete, move or write anything, a corrupt
+entry included. Every action refuses a folder without the cache marker (one line, exit 2).
+Entries in a newer evaldag's format and entries this user cannot read are their own
+states: listed and counted as such, never as corrupt, never removed.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import re
 import sys
 
 from ..cache import Cache, NotACache
+from ..cache.safety import require_marker
 from ..cache.deep import verify_deep
 
 
@@ -34,6 +42,8 @@ def clear(args: argparse.Namespace, cache: Cache) -> int:
             return 1
     removed, left = cache.clear()
     print(f"cleared {cache.root}: {removed} files removed")
+    for k in cache.kept:
+        print(f"left alone: {k}")
     if left:
         shown = ", ".join(str(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         print(f"left {len(left)} paths the cache did not write: {shown}")
@@ -45,9 +55,20 @@ def verify(cache: Cache, args: argparse.Namespace) -> int:
     bad = cache.verify()
     for b in bad:
         print(f"corrupt: {b}")
-    print(f"{len(list(cache.nodes.entries()))} entries, {len(bad)} corrupt")
+    kept = list(cache.nodes.left.values())
+    newer = [k for k in kept if "newer than this evaldag" in k]
+    unread = [k for k in kept if k not in newer] + [f"{p}: folder not listable" for p in cache.nodes.unlisted]
+    if cache.requests.unreadable():
+        unread.append(f"{cache.requests.path}: {cache.requests.unreadable()}")
+    for k in newer:
+        print(f"newer format, left alone: {k}")
+    for k in unread:
+        print(f"unreadable, left alone: {k}")
+    extra = (f", {len(newer)} in a newer format (left alone)" if newer else "") + \
+            (f", {len(unread)} unreadable (left alone)" if unread else "")
+    print(f"{len(list(cache.nodes.entries()))} entries, {len(bad)} corrupt{extra}")
     if args.repair and bad:
-        for line in cache.repair():
+        for line in Cache(cache.root).repair():
             print(line)
     differ = []
     if args.deep:
@@ -67,11 +88,16 @@ def duration(text: str) -> float:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
+LOOK = ("info", "ls", "explain", "verify")  # actions that only look: opened read-only, nothing changed
+
+
 def cmd(args: argparse.Namespace) -> int:
-    cache = Cache(args.cache_dir)
     try:
+        cache = Cache(args.cache_dir, inspect=args.action in LOOK)
+        if args.action in LOOK:
+            require_marker(cache.root)
         return _action(args, cache)
-    except NotACache as e:
+    except NotACache as e:  # not a cache folder, an empty path
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
 
@@ -81,10 +107,16 @@ def _action(args: argparse.Namespace, cache: Cache) -> int:
     if args.action == "info":
         print(json.dumps(cache.info(), indent=2))
     elif args.action == "ls":
-        for p in store.entries():
-            entry = store.get(p.stem)
-            meta = entry.meta if entry else {}
-            print(f"{p.stem[:16]}  {p.stat().st_size:>10d}  {meta.get('node', '?')}")
+        counts: dict[str, int] = {}
+        for p, state, got in store.survey():
+            counts[state] = counts.get(state, 0) + 1
+            what = got.meta.get("node", "?") if state == "ok" else f"({state}: {str(got).split(': ', 1)[-1]})"
+            print(f"{p.stem[:16]}  {p.lstat().st_size:>10d}  {what}")
+        for d in store.unlisted:
+            print(f"evaldag: cannot list {d} (permission denied): its entries are not shown", file=sys.stderr)
+        if set(counts) - {"ok"}:
+            print("evaldag: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "ok")
+                  + " entries listed as such, left alone", file=sys.stderr)
     elif args.action == "explain":
         if not args.fingerprint:
             raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
@@ -98,6 +130,8 @@ def _action(args: argparse.Namespace, cache: Cache) -> int:
             raise SystemExit("evaldag: cache prune needs --older-than (e.g. 30d)")
         n = cache.prune(duration(args.older_than))
         print(f"pruned {n} entries")
+        for k in cache.nodes.left.values():
+            print(f"left alone: {k}")
     return 0
 
 

@@ -21,12 +21,28 @@ from ..run import run
 from .sweep import expand_models, folder_names
 
 
+def positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not x > 0 or x != x or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"wants a positive number of seconds, got {text!r}")
+    return x
+
+
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
     r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())})")
     r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
     r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir); "
                                                      "one this process cannot write is used read-only")
+    r.add_argument("--init-cache", action="store_true", help="make --cache-dir a cache even though it is a non-empty "
+                   "folder without evaldag's marker (by default such a folder is refused: ~ or the working directory "
+                   "must never become a cache by a typo)")
+    r.add_argument("--lock-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="give up (exit 2) when another process has held a node's lock this long; what was computed "
+                        "stays stored (default: wait, saying after a few seconds which process holds it)")
     r.add_argument("--cache-read-from", default=None, metavar="DIR",
                    help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
@@ -91,6 +107,9 @@ def added_metrics(names: list[str]) -> list:
 
 def check_folders(cache_dir: str | None, out: Path) -> None:
     """--cache-dir and --out, before anything is built: a file or a folder we cannot write is one line."""
+    if cache_dir is not None and not cache_dir.strip():  # "$UNSET": never the working directory
+        raise ValueError("--cache-dir is an empty path (an unset variable?): give a folder, or leave the flag out "
+                         "for the default cache")
     if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
         raise ValueError(f"--cache-dir {cache_dir}: a file, not a folder")
     where = out
@@ -155,6 +174,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             resources.update(res)
         nodes += added_metrics(args.add_metric)
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
+        cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
         executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens,
                             deterministic=args.deterministic)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
@@ -163,6 +183,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
         executor.refresh = args.refresh in ("requests", "all")
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
                      force=args.refresh is not None, deterministic=args.deterministic,
+                     init_cache=args.init_cache, lock_timeout=args.lock_timeout,
                      provenance={"command": args.command_line})
     except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}

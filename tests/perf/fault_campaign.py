@@ -222,7 +222,7 @@ class Campaign:
             prelude = "" if mounted else _patched_disk(where)
             old = outputs(out)
             first = evaldag(argv(self.target, out, cache), prelude=prelude)
-            left = [p for p in mnt.rglob(".tmp-*")]
+            left = [p for p in mnt.rglob(".evaldag-tmp-*")]
             clear = first.returncode == 2 and len(first.stderr.strip().splitlines()) == 1 and "cannot write" in first.stderr
             if mounted:
                 subprocess.run(["mount", "-o", "remount,size=512m", str(mnt)])
@@ -299,7 +299,7 @@ class Campaign:
         (outside / "model.safetensors").write_bytes(b"precious")
         os.utime(outside / "model.safetensors", (0, 0))
         (cache / "objects" / "zz").symlink_to(outside, target_is_directory=True)
-        orphan = next((cache / "objects").glob("*/")) / ".tmp-orphan.safetensors"
+        orphan = next((cache / "objects").glob("*/")) / ".evaldag-tmp-orphan.safetensors"
         orphan.write_bytes(b"\x10\0\0\0trunc")
         os.utime(orphan, (time.time() - 7200,) * 2)
         prune = evaldag([EVALDAG, "cache", "prune", "--older-than", "3650d", "--cache-dir", str(cache)])
@@ -406,6 +406,178 @@ class Campaign:
         if not clear:
             self.notes.append(f"{kind} (trial {self.n}, exit {proc.returncode}): {(lines or [''])[-1][:160]}")
 
+    # ---- issue 26: cache (a folder that is not a cache, a newer evaldag's entry, another user's, a stopped lock holder)
+    def _toy(self, out: Path, cache: str, *extra: str, cwd: Path | None = None, env: dict | None = None,
+             user: str | None = None) -> subprocess.CompletedProcess:
+        cmd = [EVALDAG, "run", "toy", "--quiet", "--out", str(out), "--cache-dir", cache, *extra]
+        return self._sh(cmd, cwd=cwd, env=env, user=user)
+
+    @staticmethod
+    def _sh(cmd: list[str], cwd: Path | None = None, env: dict | None = None, user: str | None = None,
+            umask: int | None = None) -> subprocess.CompletedProcess:
+        if user is not None:
+            cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+                                  preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+        except subprocess.TimeoutExpired as e:
+            return subprocess.CompletedProcess(cmd, -999, "", f"timeout: {e}")
+
+    @staticmethod
+    def _snap(root: Path) -> dict:
+        return {str(p): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+    @staticmethod
+    def _toy_out(out: Path) -> tuple | None:
+        try:
+            return tuple(json.loads((out / f"TOY_{k}.json").read_text()) for k in ("EVAL", "SUMMARY"))
+        except (OSError, ValueError):
+            return None
+
+    def _judge(self, kind: str, proc: subprocess.CompletedProcess, harm: str = "") -> None:
+        """A refusal: one line and exit 2 with nothing harmed is 'failed clearly'; a traceback is a
+        crash; anything harmed without one (a file of the user's deleted) counts as a wrong number."""
+        one_line = proc.stderr.count("\n") == 1 and proc.stderr.startswith("evaldag: error: ")
+        if "Traceback" in proc.stderr or proc.returncode not in (0, 1, 2):
+            self.classify(kind, proc, None, None, harm)
+        elif harm:
+            self.classify(kind, subprocess.CompletedProcess([], 0, "", proc.stderr), ("harmed",), None, harm)
+        else:
+            note = "" if proc.returncode == 2 and one_line else f"exit {proc.returncode}: {proc.stderr.strip()[-150:]!r}"
+            self.classify(kind, subprocess.CompletedProcess([], 2, "", proc.stderr), None, None, note)
+
+    def hostile_cache(self) -> None:
+        base = self.work / "toy-base"
+        toy0 = self._toy(base / "out", str(base / "cache"))
+        if toy0.returncode != 0:
+            raise SystemExit(f"toy baseline failed:\n{toy0.stderr}")
+        want = self._toy_out(base / "out")
+        old = time.time() - 3 * 3600
+        # 5: --cache-dir "" (an unset variable) from a working directory holding the user's files
+        d = self.trial_dir()
+        (d / "work").mkdir()
+        (d / "work" / "notes.txt").write_text("mine")
+        before = self._snap(d / "work")
+        proc = self._toy(d / "out", "", cwd=d / "work")
+        harm = "" if self._snap(d / "work") == before else "the working directory became a cache"
+        self._judge("--cache-dir empty", proc, harm)
+        # 5: --cache-dir ~ : a non-empty folder without the marker, then --init-cache
+        d = self.trial_dir()
+        home = d / "home"
+        home.mkdir()
+        swap = home / ".tmp-editor-swap"
+        swap.write_text("unsaved")
+        os.utime(swap, (old, old))
+        (home / "thesis.tex").write_text("years of work")
+        before = self._snap(home)
+        proc = self._toy(d / "out", "~", env={"HOME": str(home)})
+        harm = "" if self._snap(home) == before else "the home folder became a cache" + ("" if swap.exists() else ", ~/.tmp-editor-swap deleted")
+        self._judge("--cache-dir ~ (non-empty unmarked)", proc, harm)
+        # 5: a foreign .tmp-* file in a marked cache survives a run's sweep and `cache clear`
+        d = self.trial_dir()
+        cache = d / "cache"
+        shutil.copytree(base / "cache", cache)
+        foreign = [cache / ".tmp-editor-swap", cache / "history" / ".tmp-notes"]
+        for f in foreign:
+            f.write_text("not evaldag's")
+            os.utime(f, (old, old))
+        proc = self._toy(d / "out", str(cache))
+        clear = self._sh([EVALDAG, "cache", "clear", "--yes", "--cache-dir", str(cache)])
+        gone = [str(f.relative_to(cache)) for f in foreign if not f.exists()]
+        if gone or clear.returncode:
+            self._judge("foreign .tmp file survives sweep/clear", clear, f"deleted {', '.join(gone)}" if gone else "")
+        else:
+            self.classify("foreign .tmp file survives sweep/clear", proc, self._toy_out(d / "out"), want)
+        # 6: cache ls on a valid entry in a newer format, then a run beside it
+        from evaldag.engine.cache import codec
+
+        d = self.trial_dir()
+        cache = d / "cache"
+        shutil.copytree(base / "cache", cache)
+        entry = sorted((cache / "objects").glob("*/*.safetensors"))[0]
+        value, meta = codec.unpack(entry.read_bytes())
+        real, codec.FORMAT = codec.FORMAT, "evaldag-node-2"
+        try:
+            entry.write_bytes(codec.pack(value, meta))
+        finally:
+            codec.FORMAT = real
+        data = entry.read_bytes()
+        ls = self._sh([EVALDAG, "cache", "ls", "--cache-dir", str(cache)])
+        proc = self._toy(d / "out", str(cache)) if ls.returncode == 0 else ls
+        harm = "" if entry.exists() and entry.read_bytes() == data else "the newer entry was deleted or overwritten"
+        if harm or ls.returncode:
+            self._judge("cache ls on newer-format entry", ls, harm)
+        else:
+            self.classify("cache ls on newer-format entry", proc, self._toy_out(d / "out"), want)
+        # 6: cache ls / info / verify on a folder that is not a cache (copied weights under objects/ab)
+        d = self.trial_dir()
+        for action in ("ls", "info", "verify"):
+            folder = d / f"copied-{action}"
+            (folder / "objects" / "ab").mkdir(parents=True)
+            (folder / "objects" / "ab" / ("ab" * 32 + ".safetensors")).write_bytes(b"\x08\0\0\0\0\0\0\0{}   weights")
+            before = self._snap(folder)
+            proc = self._sh([EVALDAG, "cache", action, "--cache-dir", str(folder)])
+            harm = "" if self._snap(folder) == before else f"{action}: the copied weights were deleted"
+            self._judge("cache ls/info/verify on a non-cache folder", proc, harm)
+        # 7: another user's cache, written under umask 077, read by `nobody`
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            d = self.trial_dir()
+            for p in (self.work, d):
+                p.chmod(0o777)
+            cache = d / "cache"
+            self._sh([EVALDAG, "run", "toy", "--quiet", "--out", str(d / "first"), "--cache-dir", str(cache)], umask=0o077)
+            for p in [cache, *cache.rglob("*")]:
+                if p.is_dir():
+                    p.chmod(0o777)
+            before = self._snap(cache)
+            for action in ("ls", "verify"):
+                proc = self._sh([EVALDAG, "cache", action, "--cache-dir", str(cache)], user="65534", env={"HOME": str(d)})
+                if action == "verify" and " 0 corrupt" not in proc.stdout and "Traceback" not in proc.stderr:
+                    self._judge("unreadable entries (umask 077)", proc, "verify: " + proc.stdout.strip().splitlines()[-1])
+                else:
+                    self.classify("unreadable entries (umask 077)", proc, None if proc.returncode else want, want)
+            proc = self._toy(d / "out", str(cache), user="65534", env={"HOME": str(d)})
+            harm = "" if all(v == before[k] for k, v in self._snap(cache).items() if k in before) and \
+                len([k for k in before if k not in self._snap(cache)]) == 0 else "root's entries changed or deleted"
+            self.classify("unreadable entries (umask 077)", proc if not harm else subprocess.CompletedProcess([], 0, "", ""),
+                          self._toy_out(d / "out") if not harm else ("harmed",), want if not harm else None, harm)
+        # 13: a node lock held by a stopped process: the wait says so; --lock-timeout ends it in one line
+        d = self.trial_dir()
+        cache = d / "cache"
+        shutil.copytree(base / "cache", cache)
+        entry = sorted((cache / "objects").glob("*/*.safetensors"))[-1]
+        entry.unlink()
+        code = ("import os, signal\nfrom filelock import FileLock\n"
+                f"p = {str(cache / 'locks' / entry.stem[:2] / (entry.stem + '.lock'))!r}\n"
+                "os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+                "try:\n    from evaldag.engine.cache.nodes import NodeStore\n"
+                f"    lk = NodeStore({str(cache)!r}).lock({entry.stem!r}).acquire()\n"
+                "except Exception:\n    lk = FileLock(p)\n    lk.acquire()\n"
+                "print('held', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            holder.stdout.readline()
+            err = d / "waiter.err"
+            with open(err, "w") as f:
+                waiter = subprocess.Popen([EVALDAG, "run", "toy", "--quiet", "--out", str(d / "w"), "--cache-dir", str(cache)],
+                                          stdout=subprocess.DEVNULL, stderr=f)
+                time.sleep(12)
+                waiter.kill()
+                waiter.wait()
+            said = err.read_text()
+            ok = f"pid {holder.pid}" in said and "waiting for node" in said
+            self.classify("stopped lock holder (12 s, no flag)", subprocess.CompletedProcess([], 2 if ok else -1, "", said), None, None,
+                          "" if ok else "waited 12 s in silence")
+            t = time.time()
+            proc = self._toy(d / "out", str(cache), "--lock-timeout", "3")
+            one = proc.returncode == 2 and proc.stderr.count("\n") == 1 and f"pid {holder.pid}" in proc.stderr
+            self.classify("stopped lock holder + --lock-timeout", proc, None, None,
+                          "" if one else f"exit {proc.returncode} after {time.time() - t:.0f} s: {proc.stderr.strip()[-150:]!r}")
+        finally:
+            holder.kill()
+            holder.wait()
+
     # ------------------------------------------------------------------ report
     def table(self) -> str:
         w = max(len(k) for k in self.rows) + 2
@@ -467,6 +639,8 @@ def main() -> int:
             step()
     if run("hostile_data"):
         c.hostile_data()
+    if run("hostile_cache"):
+        c.hostile_cache()
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0
