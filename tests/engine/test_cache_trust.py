@@ -17,6 +17,7 @@ from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine.cache import CorruptEntryWarning, LinkWarning
 from evaldag.engine.cache.codec import pack, unpack
+from evaldag.engine.cache.files import TMP_PREFIX
 from evaldag.engine.executor import Executor
 
 from ..golden_runs import FIX, TINY
@@ -157,11 +158,11 @@ def _scored():
 def test_orphan_temporaries_are_not_entries_and_are_swept(tmp_path, capsys):
     res = run([double(name="d")], {}, cache_dir=tmp_path)
     folder = res.cache.nodes.path(res.record("d").fingerprint).parent
-    orphan = folder / ".tmp-killed.safetensors"
+    orphan = folder / f"{TMP_PREFIX}killed.safetensors"
     orphan.write_bytes(b"\x10\x00\x00\x00trunc")  # a kill between write and rename
     old = time.time() - 2 * 3600
     os.utime(orphan, (old, old))
-    young = folder / ".tmp-live.safetensors"
+    young = folder / f"{TMP_PREFIX}live.safetensors"
     young.write_bytes(b"being written")
     assert cli.main(["cache", "verify", "--cache-dir", str(tmp_path)]) == 0
     assert cli.main(["cache", "info", "--cache-dir", str(tmp_path)]) == 0

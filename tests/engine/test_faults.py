@@ -95,7 +95,7 @@ def test_a_full_cache_disk_stops_with_one_line_and_the_rerun_resumes(tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("evaldag: error: cannot write ") and "No space left on device" in err[0]
     assert "bytes needed" in err[0]
-    assert not [p for p in cache.rglob("*") if p.name.startswith(".tmp-")]
+    assert not [p for p in cache.rglob("*") if p.name.startswith(cache_files.TMP_PREFIX)]
     assert Cache(cache).verify() == []
     stored = len(list(Cache(cache).nodes.entries()))
     assert cli.main(argv) == 0
@@ -125,7 +125,7 @@ def test_a_full_out_disk_keeps_the_old_set_and_no_temporaries(tmp_path, monkeypa
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.strip().startswith(f"evaldag: error: cannot write {out}")
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
-    assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in out.iterdir() if p.name.startswith(cache_files.TMP_PREFIX)]
 
 
 def _entry_path(res):
