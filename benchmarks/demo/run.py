@@ -11,6 +11,7 @@ A second run finds every node in the cache and loads no weights.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +37,8 @@ TABLE = ("forget_quality", "forget_truth_ratio", "forget_Q_A_Prob", "forget_Q_A_
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="evaldag-demo", help="output folder (default: ./evaldag-demo)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir)")
+    p.add_argument("--init-cache", action="store_true", help="make --cache-dir a cache even though it is a non-empty "
+                   "folder without evaldag's marker (refused otherwise)")
     p.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
 
@@ -54,7 +57,12 @@ def resources(name: str) -> dict:
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out = Path(args.out)
-    cache = Cache(args.cache_dir)
+    try:  # an empty path, or a non-empty folder that is not a cache: one line, before any model loads
+        cache = Cache(args.cache_dir)
+        cache.claim(init=args.init_cache)
+    except ValueError as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
     cfg = spec.TofuConfig(retain="model")
     results, ok = {}, True
     for name in MODEL_NAMES:

@@ -131,7 +131,8 @@ class Cache:
 
     def left_alone(self) -> str | None:
         """One sentence on entries a run skipped and did not overwrite, or None."""
-        why = list(self.nodes.left.values())
+        store = getattr(self.nodes, "store", self.nodes)  # a distributed rank's view wraps the node store
+        why = list(getattr(store, "left", {}).values())
         if not why:
             return None
         newer = sum("newer than this evaldag" in w or "newer format" in w for w in why)
