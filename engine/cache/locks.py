@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from .files import atomic_write
+from .files import inside
 
 NOTICE_S = 5.0  # a lock taken by a live process is released within a node's compute time
 REPEAT_S = 60.0
@@ -49,12 +49,21 @@ class NodeLock:
             self.unheld += 1  # go on unguarded: at worst both compute the node; each write is atomic
             return self
         if self._lock.lock_counter == 1:
-            try:
-                atomic_write(self.record, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                                      "since": time.time()}).encode(), root=self.root)
-            except OSError:  # the record is a courtesy to waiters; the lock is what guards
-                pass
+            self._write_record()
         return self
+
+    def _write_record(self) -> None:
+        """pid, host, since: no fsync (a courtesy to waiters, not data), no link followed."""
+        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
+        try:
+            inside(self.root, self.record)
+            fd = os.open(self.record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError:  # a link (LinkRefused), another user's record: the lock is what guards
+            pass
 
     def release(self) -> None:
         if self.unheld:

@@ -153,7 +153,9 @@ class NodeStore:
             return None
         except CorruptEntry as e:
             self.corrupt.append(fp)
-            if self.read_only:  # inspecting (cache ls/info/explain) or a read-only cache: reported, left in place
+            if self.read_only:  # inspecting (cache explain) or a read-only cache: reported, left in place
+                warnings.warn(f"corrupt cache entry (left in place, the cache is opened read-only): {e}",
+                              CorruptEntryWarning, stacklevel=2)
                 return None
             warnings.warn(f"corrupt cache entry discarded, will recompute: {e}", CorruptEntryWarning, stacklevel=2)
             try:
