@@ -113,6 +113,13 @@ class RequestStore:
             raise
         return conn
 
+    def _look_uri(self) -> str:
+        """A connection that only looks: ``mode=ro`` still creates ``-wal``/``-shm`` beside a WAL
+        database whose WAL is gone (checkpointed); with no WAL there is nothing to miss, so
+        ``immutable`` reads the file alone and creates nothing."""
+        wal = Path(str(self.path) + "-wal")
+        return f"file:{self.path}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+
     def unreadable(self) -> str | None:
         """Why this user cannot use the database file (``permission denied``), or None."""
         if not self.path.exists() or self.path.is_symlink():
@@ -125,7 +132,7 @@ class RequestStore:
         if not self.path.exists() or not self._check_links() or self.unreadable():
             return []
         try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+            conn = sqlite3.connect(self._look_uri(), uri=True, timeout=60)
             try:
                 rows = conn.execute("PRAGMA integrity_check").fetchall()
                 conn.execute("SELECT COUNT(*) FROM results").fetchone()
@@ -233,7 +240,7 @@ class RequestStore:
         if not self.path.exists() or not self._check_links():
             return 0, None
         try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+            conn = sqlite3.connect(self._look_uri(), uri=True, timeout=60)
             try:
                 return int(conn.execute("SELECT COUNT(*) FROM results").fetchone()[0]), None
             finally:

@@ -153,7 +153,9 @@ def explain(store, what: str) -> int:
         entries = [e for e in (store.get(p.stem) for p in store.entries()) if e is not None and e.meta.get("node") in names]
         entries.sort(key=lambda e: e.meta.get("written_at", 0.0), reverse=True)
     if not entries:
-        print(f"evaldag: no cache entry has the fingerprint or name {what!r}", file=sys.stderr)
+        held = [store.left[h] for h in hits if h in store.left]  # a newer evaldag's, or unreadable: say which
+        print(f"evaldag: {held[0]}; left alone" if held else f"evaldag: no cache entry has the fingerprint or name {what!r}",
+              file=sys.stderr)
         return 2
     for other in entries[1:]:
         print(f"evaldag: also stored under {what!r}: {other.fingerprint} (older)", file=sys.stderr)

@@ -53,8 +53,9 @@ def one_line_error(proc: subprocess.CompletedProcess | str) -> str:
 
 @pytest.fixture()
 def toy_cache(tmp_path):
-    cache = tmp_path / "cache"
-    assert cli.main(["run", "toy", "--quiet", "--out", str(tmp_path / "first"), "--cache-dir", str(cache)]) == 0
+    cache = tmp_path / "cache"  # in a subprocess: its database connection is closed (checkpointed) on exit
+    done = evaldag("run", "toy", "--quiet", "--out", tmp_path / "first", "--cache-dir", cache)
+    assert done.returncode == 0, done.stderr
     return cache
 
 
@@ -141,6 +142,8 @@ def test_read_only_commands_change_nothing_and_name_each_state(toy_cache, monkey
     info = json.loads(capsys.readouterr().out)
     assert (info["nodes"], info["nodes_newer_format"], info["nodes_unreadable"]) == (6, 1, 0)
     assert cli.main(["cache", "explain", newer.stem, "--cache-dir", str(toy_cache)]) == 2
+    assert capsys.readouterr().err == (f"evaldag: {newer}: format 'evaldag-node-2', newer than this evaldag's "
+                                       "'evaldag-node-1'; left alone\n")
     assert cli.main(["cache", "explain", corrupt.stem, "--cache-dir", str(toy_cache)]) == 2
     assert cli.main(["cache", "verify", "--cache-dir", str(toy_cache)]) == 1
     out = capsys.readouterr().out
@@ -222,6 +225,13 @@ def test_another_users_cache_under_umask_077_is_unreadable_not_corrupt():
             json.loads((base / "first" / "TOY_EVAL.json").read_text())
         after = snapshot(cache)
         assert {k: v for k, v in after.items() if k in before} == before  # root's files untouched
+        shard = entries(cache)[0].parent
+        shard.chmod(0o700)  # a folder nobody may even list
+        ls = evaldag("cache", "ls", "--cache-dir", cache, user="65534", home=str(base))
+        assert ls.returncode == 0 and ls.stdout.count("\n") == 5
+        assert ls.stderr.startswith(f"evaldag: cannot list {shard} (permission denied): its entries are not shown\n")
+        verify = evaldag("cache", "verify", "--cache-dir", cache, user="65534", home=str(base))
+        assert f"unreadable, left alone: {shard}: folder not listable" in verify.stdout and "Traceback" not in verify.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
