@@ -123,12 +123,12 @@ def _tidy(run: dict, bad: list[str]) -> dict:
     run = _check(RunJson, run, "run", bad)
     nodes = {}
     for name, entry in (run.get("nodes") or {}).items():
-        nodes[name] = _check(NodeEntry, entry, f"nodes[{json.dumps(name)}]", bad)
+        nodes[name] = _check(NodeEntry, entry, f"nodes[{_printable(json.dumps(name), 32)}]", bad)
     if "nodes" in run:
         run["nodes"] = nodes
     if "executor" in run:
         ex = _check(Executor, run["executor"], "executor", bad)
-        ex["by_kind"] = {k: _check(KindStats, v, f"executor.by_kind[{json.dumps(k)}]", bad)
+        ex["by_kind"] = {k: _check(KindStats, v, f"executor.by_kind[{_printable(json.dumps(k), 32)}]", bad)
                          for k, v in (ex.get("by_kind") or {}).items()}
         run["executor"] = ex
     if "provenance" in run:
@@ -154,8 +154,8 @@ def read_run_json(path: str | os.PathLike, *, warn: bool = True) -> dict:
     run = _tidy(data, bad)
     if bad and warn and (str(path), text) not in _WARNED:
         _WARNED.add((str(path), text))
-        shown = ", ".join(_printable(b) for b in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
-        print(f"evaldag: warning: {_printable(str(path))}: ignored {len(bad)} field(s) of the wrong type: {shown}",
+        shown = ", ".join(_printable(b, 120) for b in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        print(f"evaldag: warning: {_printable(str(path), 300)}: ignored {len(bad)} field(s) of the wrong type: {shown}",
               file=sys.stderr)
     return run
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from evaldag.engine.cli import main as cli
+from evaldag.engine import cli
 from evaldag.engine.render.runjson import read_run_json
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")) if p), None)
