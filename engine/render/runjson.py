@@ -17,10 +17,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
-from typing_extensions import Annotated
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 STATUSES = ("planned", "cached", "computed", "failed", "skipped", "input")
 KINDS = ("scorer", "aggregator", "resource")
@@ -77,7 +76,7 @@ class Executor(BaseModel):
     tokens_padded: Optional[Count] = None
     padding_fraction: Optional[Count] = None
     seconds: Optional[Seconds] = None
-    by_kind: dict[StrictStr, dict] = {}
+    by_kind: dict = {}  # request kind -> KindStats, each checked on its own
 
 
 class Provenance(BaseModel):
@@ -90,7 +89,7 @@ class Provenance(BaseModel):
 class RunJson(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
-    nodes: dict[StrictStr, dict] = {}
+    nodes: dict = {}  # name -> record; each record is checked on its own (NodeEntry)
     executor: dict = {}
     wall_seconds: Optional[Seconds] = None
     provenance: dict[StrictStr, Any] = {}
@@ -98,7 +97,7 @@ class RunJson(BaseModel):
     refresh: StrictStr = "none"
 
 
-_WARNED: set[tuple[str, str]] = set()
+_WARNED: set[tuple[str, int]] = set()  # (file, hash of its text): warn once per version of a file
 
 
 def _check(model: type[BaseModel], data: Any, where: str, bad: list[str]) -> dict:
@@ -152,8 +151,8 @@ def read_run_json(path: str | os.PathLike, *, warn: bool = True) -> dict:
         raise ValueError(f"{path}: run.json must hold a JSON object, not a {type(data).__name__}")
     bad: list[str] = []
     run = _tidy(data, bad)
-    if bad and warn and (str(path), text) not in _WARNED:
-        _WARNED.add((str(path), text))
+    if bad and warn and (str(path), hash(text)) not in _WARNED:
+        _WARNED.add((str(path), hash(text)))
         shown = ", ".join(_printable(b, 120) for b in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
         print(f"evaldag: warning: {_printable(str(path), 300)}: ignored {len(bad)} field(s) of the wrong type: {shown}",
               file=sys.stderr)

@@ -158,10 +158,12 @@ def test_wrong_types_are_dropped_with_one_warning_naming_file_and_keys(folder, c
 def test_a_field_of_the_right_type_is_kept_and_a_bad_document_is_one_error(tmp_path):
     p = tmp_path / "run.json"
     p.write_text(json.dumps({"nodes": {"a": {"status": "computed", "seconds": 1.5, "kind": "scorer"},
-                                       "b": {"status": "done", "seconds": "1.5", "kind": 3}}, "wall_seconds": 2}))
+                                       "b": {"status": "done", "seconds": "1.5", "kind": 3}, "c": "text"},
+                             "wall_seconds": 2, "executor": {"by_kind": {"tok": {"seconds": -1, "batches": 3}, "gen": 7}}}))
     run = read_run_json(p, warn=False)
     assert run["nodes"]["a"] == {"status": "computed", "seconds": 1.5, "kind": "scorer"}
-    assert run["nodes"]["b"] == {} and run["wall_seconds"] == 2
+    assert run["nodes"]["b"] == {} and run["nodes"]["c"] == {} and run["wall_seconds"] == 2
+    assert run["executor"]["by_kind"] == {"tok": {"batches": 3}, "gen": {}}
     p.write_text("[1, 2]")
     with pytest.raises(ValueError, match="run.json must hold a JSON object"):
         read_run_json(p)
