@@ -578,6 +578,55 @@ class Campaign:
             holder.kill()
             holder.wait()
 
+    # ---- issue 26: render (hostile run.json, deep graphs)
+    def render(self) -> None:
+        """A run folder with a hostile string in every field, drawn in every format; a 10,000-node chain.
+
+        Hostile: 'recovered' = drawn, and (in headless Chromium when installed) no element or
+        script of the payload in the DOM; an injection counts as a wrong result.
+        """
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_hostile", ROOT / "tests" / "engine" / "test_hostile_render.py")
+        hr = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hr)
+        d = self.trial_dir()
+        folder = hr.make_hostile_folder(d)
+        kind = "hostile run.json rendered (svg/html/mermaid/dot)"
+        for fmt in ("report", "svg", "html", "mermaid", "dot", "json"):
+            page = d / f"page-{fmt}.{ {'report': 'html', 'mermaid': 'mmd'}.get(fmt, fmt)}"
+            cmd = [EVALDAG, "report", str(folder), "--out", str(page)] if fmt == "report" else \
+                [EVALDAG, "graph", "--run", str(folder), "--format", fmt, "--out", str(page)]
+            proc = evaldag(cmd, timeout=300)
+            bad = ""
+            if proc.returncode == 0:
+                text = page.read_text()
+                if fmt in ("report", "svg", "html"):
+                    dom = hr.chromium_dom(d, page) if hr.CHROMIUM else text
+                    hits = hr.injected(dom) + (["script ran"] if 'data-pwned="1"' in dom else [])
+                    bad = f"{fmt}: {len(hits)} injected ({hits[0][:80] if hits else ''})" if hits else ""
+                elif fmt == "mermaid":
+                    odd = [ln for ln in text.splitlines() if not any(__import__("re").fullmatch(p, ln) for p in hr._MM_LINES)]
+                    bad = f"mermaid: {len(odd)} lines not the renderer's own ({odd[0][:60]!r})" if odd else ""
+                elif fmt == "dot" and "<script" in __import__("re").sub(r'"(?:[^"\\\n]|\\.)*"', '""', text):
+                    bad = "dot: text outside quoted strings"
+            self.classify(kind, proc, "injected" if bad else "clean", "clean", note=bad)
+        d = self.trial_dir()
+        code = ("import sys, time\nsys.path.insert(0, %r)\nimport test_deep_graphs as t\n"
+                "from evaldag.engine import Graph, run\nfrom evaldag.engine.render.svg import to_svg\n"
+                "from evaldag.engine.render.view import from_run_result\n"
+                "t0 = time.time()\nres = run(Graph([t.chain()]), {'data': [1, 2, 3]}, cache=%r)\n"
+                "v = res.value('step9999').agg_value\nsvg = to_svg(from_run_result(res))\n"
+                "print(v, svg.count('class=\"ed-edge\"'), round(time.time() - t0, 1))\n"
+                % (str(ROOT / "tests" / "engine"), str(Path("/dev/shm") / f"evaldag-campaign-{os.getpid()}")))
+        t = time.time()
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        shutil.rmtree(Path("/dev/shm") / f"evaldag-campaign-{os.getpid()}", ignore_errors=True)
+        got = proc.stdout.split()[:2]
+        self.classify("10,000-node chain", proc, got, ["10002.0", "9999"],
+                      note=f"{time.time() - t:.0f} s" + (f"; {proc.stderr.strip().splitlines()[-1][:120]}" if proc.returncode else ""))
+
     # ------------------------------------------------------------------ report
     def table(self) -> str:
         w = max(len(k) for k in self.rows) + 2
@@ -641,6 +690,8 @@ def main() -> int:
         c.hostile_data()
     if run("hostile_cache"):
         c.hostile_cache()
+    if run("render"):
+        c.render()
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0
