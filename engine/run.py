@@ -20,6 +20,9 @@ import traceback
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
+import networkx as nx
+
+from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError
 from .executor import Executor
 from .graph import Graph, Vertex
@@ -191,10 +194,25 @@ class _Runner:
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 
     def fail(self, v: Vertex, err: BaseException | str, seconds: float) -> None:
-        if isinstance(err, CacheWriteError):  # not the node's fault: stop the run, one clear line
+        if isinstance(err, ModelChangedError):  # nothing computed from the changed model stays stored
+            self.forget_model(getattr(err, "model_fp", None))
+        if isinstance(err, (CacheWriteError, ModelRefused)):  # not the node's fault: stop the run, one clear line
             raise err
         tb = err if isinstance(err, str) else "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
+
+    def forget_model(self, fp: str | None) -> None:
+        """Remove the nodes this run computed from model ``fp`` (directly or through parents)."""
+        if fp is None:
+            return
+        readers = [v.key for v in self.g.order()
+                   if any(getattr(self.rs.get(name).value(), "fingerprint", lambda: None)() == fp
+                          for name in v.resources.values())]
+        tainted = set(readers).union(*(nx.descendants(self.g.nx, k) for k in readers))
+        for key in tainted:
+            rec = self.records.get(key)
+            if rec is not None and rec.status == "computed":
+                getattr(self.store, "discard", lambda fp: None)(rec.fingerprint)
 
     def reason(self, v: Vertex) -> str:
         if v.fingerprint in self.store.corrupt:
