@@ -165,3 +165,48 @@ class _Tok:
 
     def __len__(self):
         return self.n
+
+
+# ---------------------------------------------------------------- 16. NaN weights: every metric flagged
+
+FLAGGED = "forget_Q_A_Prob,forget_truth_ratio,forget_quality,forget_Q_A_ROUGE,extraction_strength"
+
+
+def _nan_copy(folder):
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(TINY / "target", folder)
+    sd = load_file(folder / "model.safetensors")
+    sd["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")  # one weight: every logit NaN
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_every_metric_downstream_of_nan_logits_carries_the_flag(tmp_path, capsys):
+    from evaldag.engine.results import nonfinite_flag
+
+    model = tmp_path / "nan"
+    _nan_copy(model)
+    flag = nonfinite_flag(str(model))
+    argv = [a for a in _argv(model, tmp_path / "out", tmp_path / "cache", FLAGGED) if a != "--quiet"]
+    assert cli.main(argv) == 0
+    shown = capsys.readouterr().out
+    for out in (tmp_path / "out", tmp_path / "warm"):
+        ev = _eval(out)
+        mine = {k: v for k, v in ev.items() if not k.endswith("@retain_model")}
+        assert set(FLAGGED.split(",")) <= set(mine)
+        assert {k for k, v in mine.items() if not (v.get("reason") or "").startswith(flag)} == set()
+        assert ev["extraction_strength"]["reason"] == flag  # a number (0.097) that would otherwise pass unnoticed
+        assert ev["forget_Q_A_ROUGE"]["reason"] == flag  # generations from NaN logits
+        assert ev["forget_Q_A_ROUGE"]["agg_value"] == 0.0
+        assert all("non-finite" not in (v.get("reason") or "") for k, v in ev.items() if k.endswith("@retain_model"))
+        for name in FLAGGED.split(","):  # the terminal line names it too
+            assert f"({flag}" in next(line for line in shown.splitlines() if line.strip().startswith(name + " "))
+        if out.name == "out":  # the same, read back from the cache
+            assert cli.main([*argv[:-4], "--out", str(tmp_path / "warm"), "--cache-dir", str(tmp_path / "cache")]) == 0
+            shown = capsys.readouterr().out
+            assert "nodes: 0 computed" in shown
+
+
+def test_a_finite_model_carries_no_flag(tmp_path):
+    assert cli.main(_argv(TINY / "target", tmp_path / "out", tmp_path / "cache", FLAGGED)) == 0
+    assert all("non-finite" not in (v.get("reason") or "") for v in _eval(tmp_path / "out").values())
