@@ -133,6 +133,37 @@ def test_a_file_written_after_loading_stops_before_the_next_batch_is_stored(tmp_
     assert Cache(cache).requests.count() == 0  # the first batch, stored before the write, was taken back
 
 
+def test_nodes_already_stored_from_a_model_that_then_changed_are_taken_back(tmp_path):
+    """Stage 1 stores node ``first``; the config is rewritten; stage 2 (``second``, a child
+    of ``first``) notices it. The run stops and neither node nor any answer stays."""
+    from evaldag.engine import Cache, Result, Rows, TokenStats, metric, run
+    from evaldag.engine.adapters.hf import HFModel
+
+    model = tmp_path / "model"
+    shutil.copytree(TINY / "target", model)
+
+    @metric("hostile_first", version="1", needs=("model", "data"), register=False)
+    def first(model, data):
+        ids = model.encoder().encode(data[0]["t"])
+        (res,) = yield [TokenStats(tuple(ids[:1]), tuple(ids[1:]))]
+        (model_dir / "config.json").write_text((model_dir / "config.json").read_text())  # the trainer saves
+        return Result(float(res.logprob.sum()))
+
+    @metric("hostile_second", version="1", needs=("model", "data"), parents={"f": first}, register=False)
+    def second(model, data, f):
+        ids = model.encoder().encode(data[0]["t"] + " again")
+        (res,) = yield [TokenStats(tuple(ids[:1]), tuple(ids[1:]))]
+        return Result(f.agg_value + float(res.logprob.sum()))
+
+    model_dir = model
+    resources = {"model": HFModel(model, dtype="fp32", device="cpu"), "data": Rows(lambda: [{"t": "the cat sat"}])}
+    cache = tmp_path / "cache"
+    with pytest.raises(integrity.ModelChangedError, match="config.json changed while the run was using it"):
+        run([second(name="s")], resources, cache_dir=cache)
+    c = Cache(cache)
+    assert list(c.nodes.entries()) == [] and c.requests.count() == 0
+
+
 # ---------------------------------------------------------------- 9. embedding rows < tokenizer
 
 
