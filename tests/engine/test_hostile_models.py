@@ -241,3 +241,26 @@ def test_every_metric_downstream_of_nan_logits_carries_the_flag(tmp_path, capsys
 def test_a_finite_model_carries_no_flag(tmp_path):
     assert cli.main(_argv(TINY / "target", tmp_path / "out", tmp_path / "cache", FLAGGED)) == 0
     assert all("non-finite" not in (v.get("reason") or "") for v in _eval(tmp_path / "out").values())
+
+
+def test_generate_paths_note_non_finite_logits():
+    """transformers' generate path watches the scores with a pass-through processor; the flag
+    survives the request store (meta) and a finite result stays unflagged."""
+    import numpy as np
+    import torch
+
+    from evaldag.engine.adapters.hf_generation import _FiniteWatch
+    from evaldag.engine.requests import GenerateResult, TokenStatsResult, nonfinite_output
+
+    watch = _FiniteWatch()
+    scores = torch.zeros(3, 5)
+    scores[1, 2] = float("nan")
+    scores[2, 0] = float("inf")
+    assert watch(None, scores) is scores and watch.rows == {1, 2}
+    r = GenerateResult(np.array([1, 2], dtype=np.int32), "ab", True)
+    back = GenerateResult.from_arrays(r.to_arrays(), r.meta())
+    assert back.nonfinite and nonfinite_output(back)
+    assert not nonfinite_output(GenerateResult.from_arrays(r.to_arrays(), {"text": "ab"}))  # stored before the flag
+    f = np.zeros(2, np.float32)
+    assert not nonfinite_output(TokenStatsResult(f, np.zeros(2, np.int32), f, f))
+    assert nonfinite_output(TokenStatsResult(np.array([0, np.nan], np.float32), np.zeros(2, np.int32), f, f))
