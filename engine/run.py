@@ -22,12 +22,15 @@ import warnings
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
+import networkx as nx
+
+from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
-from .requests import Request
+from .requests import Request, nonfinite_output
 from .resources import ResourceSet
-from .results import NodeRecord, RunResult
+from .results import NodeRecord, RunResult, flagged, nonfinite_flag
 from .results import provenance as provenance_of
 
 # Heavy import: joblib (only with -j), inside the function that needs it.
@@ -108,6 +111,7 @@ class _Runner:
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = _slots(graph)
+        self.flags: dict[str, str] = {}  # vertex key -> the non-finite-logits note it carries
 
     # ------------------------------------------------------------------ main loop
     def go(self) -> None:
@@ -184,6 +188,7 @@ class _Runner:
             if entry is not None:
                 self.values[v.key] = entry.value
                 self.records[v.key] = NodeRecord.cached(v)
+                self._note(v.key, entry.meta)
             else:
                 out.append(v)
         return out
@@ -201,6 +206,8 @@ class _Runner:
                 self.records[twin.key] = NodeRecord.twin(twin, head)
                 if group[0].key in self.values:
                     self.values[twin.key] = self.values[group[0].key]
+                if group[0].key in self.flags:
+                    self.flags[twin.key] = self.flags[group[0].key]
 
     # ------------------------------------------------------------------ inputs and outputs
     def value(self, key: str) -> Any:
@@ -210,6 +217,7 @@ class _Runner:
             if entry is None:
                 raise RuntimeError(f"cache entry for {v.label} vanished or was corrupt; rerun to recompute it")
             self.values[key] = entry.value
+            self._note(key, entry.meta)
         return self.values[key]
 
     def inputs(self, v: Vertex) -> dict[str, Any]:
@@ -220,19 +228,43 @@ class _Runner:
             kw["params"] = v.node.params
         return kw
 
+    def _note(self, key: str, meta: dict) -> None:
+        if isinstance(meta.get("nonfinite"), str):
+            self.flags[key] = meta["nonfinite"]
+
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
         reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds}
+        # downstream of a model with non-finite logits: the value says so, and so does every child's
+        flag = self.flags.get(v.key) or next((self.flags[pk] for pk in v.parent_keys.values() if pk in self.flags), None)
+        if flag:
+            self.flags[v.key], meta["nonfinite"] = flag, flag
+            value = flagged(value, flag)
         self.store.put(v.fingerprint, value, meta)
         self.history.remember(self.slots[v.key], v.components)
         self.values[v.key] = value
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 
     def fail(self, v: Vertex, err: BaseException | str, seconds: float) -> None:
-        if isinstance(err, CacheWriteError):  # not the node's fault: stop the run, one clear line
+        if isinstance(err, ModelChangedError):  # nothing computed from the changed model stays stored
+            self.forget_model(getattr(err, "model_fp", None))
+        if isinstance(err, (CacheWriteError, ModelRefused)):  # not the node's fault: stop the run, one clear line
             raise err
         tb = err if isinstance(err, str) else "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
+
+    def forget_model(self, fp: str | None) -> None:
+        """Remove the nodes this run computed from model ``fp`` (directly or through parents)."""
+        if fp is None:
+            return
+        readers = [v.key for v in self.g.order()
+                   if any(getattr(self.rs.get(name).value(), "fingerprint", lambda: None)() == fp
+                          for name in v.resources.values())]
+        tainted = set(readers).union(*(nx.descendants(self.g.nx, k) for k in readers))
+        for key in tainted:
+            rec = self.records.get(key)
+            if rec is not None and rec.status == "computed":
+                getattr(self.store, "discard", lambda fp: None)(rec.fingerprint)
 
     def reason(self, v: Vertex) -> str:
         if v.fingerprint in self.store.corrupt:
@@ -302,8 +334,10 @@ class _Runner:
                     for key, *_ in items:
                         failed[key] = e
                     continue
-                for (key, i, _, _), res in zip(items, results):
+                for (key, i, model, _), res in zip(items, results):
                     answers[key][i] = res
+                    if key not in self.flags and nonfinite_output(res):
+                        self.flags[key] = nonfinite_flag(getattr(model, "name", None) or model.fingerprint()[:12])
             for key in list(active):
                 v, gen, _, _ = active.pop(key)
                 if key in failed:
