@@ -39,17 +39,19 @@ def run(
     cache_dir: str | os.PathLike | None = None,
     executor: Executor | None = None,
     n_jobs: int = 1,
-    progress: bool = False,
+    progress: bool | None = None,
     force: bool = False,
     batch_tokens: int | None = None,
     provenance: dict | None = None,
-    deterministic: bool = False,
+    deterministic: bool | None = None,
 ) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
     ``cache`` is a :class:`Cache` or its folder (``cache_dir`` is the same, by its older
     name); None: ``$EVALDAG_CACHE_DIR`` or the user cache dir. The executor is built on
-    ``cache.requests`` unless one is given. Returns a :class:`RunResult`; nothing raises
+    ``cache.requests`` from ``progress``, ``batch_tokens`` and ``deterministic``; an
+    ``executor`` given carries its own, so a different value beside it is a
+    ``TypeError`` (never silently ignored). Returns a :class:`RunResult`; nothing raises
     for a failing metric (see its records), but graph errors (unknown parent, cycle,
     missing resource) raise before any work. ``provenance`` adds keys to run.json's
     provenance block. ``deterministic`` runs every model request alone, in a fixed order
@@ -60,6 +62,8 @@ def run(
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
+    settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic)
+    deterministic = settings["deterministic"]
     cache = Cache.open(cache if cache is not None else cache_dir)
     cache.mark()  # clear/prune only ever touch a root that carries the cache's marker
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
@@ -69,12 +73,10 @@ def run(
         graph.fingerprint(rs, execution="deterministic" if deterministic else None)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
-        executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens,
-                                        deterministic=deterministic)
+        executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.go()
-        execution = {"deterministic": deterministic or bool(getattr(executor, "deterministic", False)),
-                     "batch_tokens": getattr(executor, "batch_tokens", batch_tokens)}
+        execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
     return RunResult(
         graph=graph,
@@ -85,6 +87,20 @@ def run(
         wall_seconds=time.perf_counter() - t0,
         provenance=prov,
     )
+
+
+def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:
+    """The executor's settings: those given (defaulted), or the executor's own when one is
+    passed, refusing a given value that differs from it (one way in, no silent drop)."""
+    defaults = {"progress": False, "batch_tokens": None, "deterministic": False}
+    if executor is None:
+        return {k: defaults[k] if v is None else v for k, v in given.items()}
+    own = {k: getattr(executor, k, defaults[k]) for k in given}
+    for k, v in given.items():
+        if v is not None and v != own[k]:
+            raise TypeError(f"run(): {k}={v!r} contradicts the executor given (its {k} is {own[k]!r});"
+                            f" set it on the executor (Executor({k}=...)) or leave it out of run()")
+    return {"progress": bool(own["progress"]), "batch_tokens": own["batch_tokens"], "deterministic": bool(own["deterministic"])}
 
 
 class _Runner:
