@@ -59,3 +59,18 @@ def test_a_probe_node_builds_its_probe_from_its_params_alone():
     spec = probe_spec("direct", ProbesConfig(probes=("direct",)))
     assert spec.cls == "evaldag.benchmarks.probes.direct:DirectProbe"
     assert seen == {"n": len(spec.build().create_probe_items()), "probe": "DirectProbe", "catalogue": False}
+
+
+_PROVIDER = """
+import json, sys
+from evaldag.engine.resources import ResourceSet
+rs = ResourceSet({"model": 1, "base_model": 2})
+print(json.dumps({"has": rs.has("weight_deltas"), "needs": list(rs.get("weight_deltas").provider.needs)
+                  if hasattr(rs.get("weight_deltas"), "provider") else None,
+                  "module": "evaldag.metrics.editing.providers" in sys.modules}))
+"""
+
+
+def test_a_provider_is_found_as_a_metric_is():
+    """No editing module imported by hand: a run's resources find `weight_deltas` through the entry point."""
+    assert _fresh(_PROVIDER) == {"has": True, "needs": ["base_model", "model"], "module": True}
