@@ -13,7 +13,6 @@ with that reason; everything else still runs and is stored.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import os
 import time
@@ -28,6 +27,7 @@ from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
+from .reasons import history_slots, recompute_reason
 from .requests import Request, nonfinite_output
 from .resources import ResourceSet
 from .results import NodeRecord, RunResult, flagged, nonfinite_flag
@@ -44,11 +44,11 @@ def run(
     cache_dir: str | os.PathLike | None = None,
     executor: Executor | None = None,
     n_jobs: int = 1,
-    progress: bool = False,
+    progress: bool | None = None,
     force: bool = False,
     batch_tokens: int | None = None,
     provenance: dict | None = None,
-    deterministic: bool = False,
+    deterministic: bool | None = None,
     init_cache: bool = False,
     lock_timeout: float | None = None,
 ) -> RunResult:
@@ -56,7 +56,9 @@ def run(
 
     ``cache`` is a :class:`Cache` or its folder (``cache_dir`` is the same, by its older
     name); None: ``$EVALDAG_CACHE_DIR`` or the user cache dir. The executor is built on
-    ``cache.requests`` unless one is given. Returns a :class:`RunResult`; nothing raises
+    ``cache.requests`` from ``progress``, ``batch_tokens`` and ``deterministic``; an
+    ``executor`` given carries its own, so a different value beside it is a
+    ``TypeError`` (never silently ignored). Returns a :class:`RunResult`; nothing raises
     for a failing metric (see its records), but graph errors (unknown parent, cycle,
     missing resource) raise before any work. ``provenance`` adds keys to run.json's
     provenance block. ``deterministic`` runs every model request alone, in a fixed order
@@ -70,6 +72,8 @@ def run(
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
+    settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic)
+    deterministic = settings["deterministic"]
     cache = Cache.open(cache if cache is not None else cache_dir)
     cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
@@ -79,8 +83,7 @@ def run(
         graph.fingerprint(rs, execution="deterministic" if deterministic else None)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
-        executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens,
-                                        deterministic=deterministic)
+        executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.lock_timeout = lock_timeout
         try:
@@ -88,8 +91,7 @@ def run(
         finally:
             if cache.left_alone():  # newer-format or unreadable entries: said once, never overwritten
                 warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=2)
-        execution = {"deterministic": deterministic or bool(getattr(executor, "deterministic", False)),
-                     "batch_tokens": getattr(executor, "batch_tokens", batch_tokens)}
+        execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
     return RunResult(
         graph=graph,
@@ -102,6 +104,20 @@ def run(
     )
 
 
+def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:
+    """The executor's settings: those given (defaulted), or the executor's own when one is
+    passed, refusing a given value that differs from it (one way in, no silent drop)."""
+    defaults = {"progress": False, "batch_tokens": None, "deterministic": False}
+    if executor is None:
+        return {k: defaults[k] if v is None else v for k, v in given.items()}
+    own = {k: getattr(executor, k, defaults[k]) for k in given}
+    for k, v in given.items():
+        if v is not None and v != own[k]:
+            raise TypeError(f"run(): {k}={v!r} contradicts the executor given (its {k} is {own[k]!r});"
+                            f" set it on the executor (Executor({k}=...)) or leave it out of run()")
+    return {"progress": bool(own["progress"]), "batch_tokens": own["batch_tokens"], "deterministic": bool(own["deterministic"])}
+
+
 class _Runner:
     def __init__(self, graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, n_jobs: int, force: bool):
         self.g, self.rs, self.ex = graph, rs, executor
@@ -110,7 +126,7 @@ class _Runner:
         self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
-        self.slots = _slots(graph)
+        self.slots = history_slots(graph)
         self.flags: dict[str, str] = {}  # vertex key -> the non-finite-logits note it carries
 
     # ------------------------------------------------------------------ main loop
@@ -267,25 +283,7 @@ class _Runner:
                 getattr(self.store, "discard", lambda fp: None)(rec.fingerprint)
 
     def reason(self, v: Vertex) -> str:
-        if v.fingerprint in self.store.corrupt:
-            return "corrupt-entry"
-        old = self.history.last(self.slots[v.key])
-        new = v.components or {}
-        if old is None:
-            return "new"
-        if old.get("version") != new.get("version"):
-            return "version"
-        if old.get("code") != new.get("code"):
-            return "code"
-        if old.get("params") != new.get("params"):
-            return "params"
-        changed = [k for k, fp in new.get("resources", {}).items() if old.get("resources", {}).get(k) != fp]
-        if changed:
-            kinds = {self.rs.get(v.resources[k]).kind for k in changed}
-            return "model" if "model" in kinds else "data"
-        if old.get("parents") != new.get("parents"):
-            return "parent"
-        return "new"
+        return recompute_reason(v, self.slots[v.key], self.store, self.history, self.rs)
 
     # ------------------------------------------------------------------ aggregators
     def _run_aggregators(self, vs: list[Vertex]) -> None:
@@ -379,22 +377,3 @@ def _call(fn: Any, kwargs: dict) -> tuple[bool, Any, float]:
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-4))
         return False, tb, time.perf_counter() - t
 
-
-def _slots(graph: Graph) -> dict[str, str]:
-    """A stable place name per vertex (display name, or child slot + access key) for history."""
-    slots: dict[str, str] = {}
-    for v in reversed(graph.order()):
-        if v.names:
-            g, n = v.names[0]
-            slots[v.key] = f"{g}/{n}" if g else n
-            continue
-        for child in sorted(graph.nx.successors(v.key), key=lambda c: slots.get(c, "")):
-            keys = graph.nx.edges[v.key, child]["keys"]
-            slot = f"{slots[child]}.{keys[0]}"
-            # an unnamed chain would grow the name by a key per step (quadratic on 10,000 nodes):
-            # past 512 characters the slot is its own hash, still stable from run to run
-            slots[v.key] = slot if len(slot) <= 512 else "#" + hashlib.sha256(slot.encode()).hexdigest()
-            break
-        else:
-            slots[v.key] = v.label
-    return slots

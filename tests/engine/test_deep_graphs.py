@@ -17,7 +17,7 @@ from evaldag.engine import Graph, Params, Result, metric, run
 from evaldag.engine.render.dot import to_dot
 from evaldag.engine.render.mermaid import to_mermaid
 from evaldag.engine.resources import ResourceSet
-from evaldag.engine.run import _slots
+from evaldag.engine.reasons import history_slots as _slots
 from evaldag.engine.render.svg import to_svg
 from evaldag.engine.render.view import from_graph
 
