@@ -17,7 +17,7 @@ from ..declare import REGISTRY
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
 from ..graph import GraphError
-from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, write
+from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, staged, write
 from ..redact import redact_argv
 from ..resources import MissingResource
 from ..run import run
@@ -175,14 +175,24 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
         if hasattr(args, "model"):
             args.model = models[0] if models else None
         return _one(args, benches, group, out, report=True)
+    try:
+        check_names(out, ["report.html"])  # the sweep's report must not replace a page evaldag did not write
+    except NotOurs as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
     codes = []
     for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint
         args.model = path
         codes.append(_one(args, benches, group, out / name, report=False))
         if codes[-1] == 2 or (group is not None and group.broken):
             return codes[-1]
-    if group is None or group.is_writer:  # one report, a column per checkpoint
-        write_report_html([out / name for name in folder_names(models)], out / "report.html")
+    if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
+        try:
+            with staged(out) as stage:
+                write_report_html([out / name for name in folder_names(models)], stage / "report.html")
+        except (CacheWriteError, NotOurs, ValueError) as e:
+            print(f"evaldag: error: {e}", file=sys.stderr)
+            return 2
         if not args.quiet:
             print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}")
     return max(codes)

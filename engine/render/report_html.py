@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol, Sequence, Union
 
 from ..cache import atomic_write
 from ..outfolder import is_our_link, is_report, set_folder
+from ..redact import redact_text
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
@@ -119,7 +120,7 @@ def _titles(runs: list[RunFolder]) -> None:
             break
         depth += 1
     for r, name in zip(runs, names):
-        r.title = name
+        r.title = redact_text(name)  # a token in a folder name is not printed either
 
 
 # ---------------------------------------------------------------------- sections
@@ -150,7 +151,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
-        cols = "".join(f'<th class="ed-num" title="{escape(str(r.shown or r.path))}">{escape(r.title)}'
+        cols = "".join(f'<th class="ed-num" title="{escape(redact_text(str(r.shown or r.path)))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
                    + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'

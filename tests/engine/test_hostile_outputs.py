@@ -297,13 +297,14 @@ def test_secrets_in_arguments_and_paths_never_reach_run_json_or_the_report(tmp_p
     where = tmp_path / SK
     where.mkdir()
     monkeypatch.chdir(where)  # the cwd is recorded too
-    out = tmp_path / "out"
+    out = tmp_path / f"run-{HF}"  # also the report's column title
     assert cli.main([*RUN_B, "--quiet", "--out", str(out), "--cache-dir", str(tmp_path / HF / "cache")]) == 0
     run_json, html = (out / "run.json").read_text(), (out / "report.html").read_text()
     for text in (run_json, html):
         assert HF not in text and SK not in text and "A1b2C3d4" not in text
     prov = json.loads(run_json)["provenance"]
     assert prov["command"][-1] == str(tmp_path / "***" / "cache") and prov["cwd"] == str(tmp_path / "***")
+    assert prov["command"][-3] == str(tmp_path / "run-***") and "run-***" in html
 
 
 def test_redact_masks_option_values_urls_and_query_secrets():
