@@ -98,7 +98,19 @@ def check_names(out: Path, names: Iterable[str]) -> None:
 def publish(stage: Path, out: Path) -> None:
     """Make ``stage`` OUT's current set in one rename; SIGINT/SIGTERM wait until it is done."""
     names = sorted(p.name for p in stage.iterdir() if p.name != STAGE_MARK)
-    with _locked(out), _held_signals() as got:
+    got: list[int] = []
+    try:
+        _switch(stage, out, names, got)
+    except Exception:
+        if got:  # a refusal or a full disk, and a signal held meanwhile: the old set stays, and we say so
+            raise Interrupted(got[0]) from None
+        raise
+    if got:
+        raise Interrupted(got[0], published=True)
+
+
+def _switch(stage: Path, out: Path, names: list[str], got: list[int]) -> None:
+    with _locked(out), _held_signals(got):
         check_names(out, names)
         for n in names:
             with open(stage / n, "rb") as f:
@@ -116,8 +128,6 @@ def publish(stage: Path, out: Path) -> None:
                 if p.name not in names and is_our_link(p):
                     p.unlink()
             sweep(out, keep={stage.name, *([previous.name] if previous else [])})
-    if got:
-        raise Interrupted(got[0], published=True)
 
 
 def _current(out: Path) -> Path | None:
@@ -209,18 +219,18 @@ def _fsync_dir(d: Path) -> None:
 
 
 @contextlib.contextmanager
-def _held_signals() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM are recorded, not acted on, inside the block (main thread only:
-    elsewhere Python cannot set handlers, and the block runs unprotected)."""
-    got: list[int] = []
+def _held_signals(got: list[int]) -> Iterator[None]:
+    """SIGINT and SIGTERM are recorded in ``got``, not acted on, inside the block (main thread
+    only: elsewhere Python cannot set handlers, and the block runs unprotected)."""
     if threading.current_thread() is not threading.main_thread():
-        yield got
+        yield
         return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: h for s, h in old.items() if h is not signal.SIG_IGN}  # ignored (nohup, `cmd &`) stays ignored
     for s in old:
         signal.signal(s, lambda signum, frame: got.append(signum))
     try:
-        yield got
+        yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)

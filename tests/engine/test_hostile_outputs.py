@@ -313,3 +313,40 @@ def test_redact_masks_option_values_urls_and_query_secrets():
     assert redact_argv(argv) == ["evaldag", "run", "x", "--api-key", "***", "--hf-token=***", "--max-new-tokens", "32",
                                  "--data", "https://***@host.org/d?split=a&api_key=***&token=***", "--model", "/m/***/ckpt"]
     assert redact_text("hf_short sk-short plain/path") == "hf_short sk-short plain/path"
+
+
+def test_an_ignored_sigint_stays_ignored_during_the_switch(tmp_path, monkeypatch, capsys):
+    """Under `nohup cmd &` SIGINT is ignored: holding signals must not start acting on it."""
+    out, cache = tmp_path / "out", tmp_path / "c"
+    assert _toy(out, cache, RUN_A) == 0
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _kill_self_at(monkeypatch, sets, "_point_current", signal.SIGINT)
+        assert _toy(out, cache, RUN_B) == 0 and capsys.readouterr().err == ""
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert _one_run(view(out)) == "B"
+
+
+def test_input_paths_are_every_existing_path_in_the_config(tmp_path):
+    import pydantic
+
+    from evaldag.engine.benchmark import Benchmark
+
+    class Opts(pydantic.BaseModel):
+        embeddings: str | None = None
+
+    class Cfg(pydantic.BaseModel):
+        model: str
+        data: tuple[str, ...] = ()
+        split: str = "News"
+        hub: str = "locuslab/TOFU"
+        lookup: Opts = Opts()
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "d.json").write_text("[]")
+    (tmp_path / "e.npz").write_bytes(b"")
+    cfg = Cfg(model=str(tmp_path / "m"), data=(str(tmp_path / "d.json"), str(tmp_path / "gone.json")),
+              lookup=Opts(embeddings=str(tmp_path / "e.npz")))
+    assert Benchmark().input_paths(cfg) == [("--model", tmp_path / "m"), ("--data", tmp_path / "d.json"),
+                                            ("--embeddings", tmp_path / "e.npz")]

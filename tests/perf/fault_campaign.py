@@ -368,7 +368,8 @@ class Campaign:
             nxt = "retain" if state["last"] == "target" else "target"
             before = self._which(out)
             if k is not None:
-                pre = ("import os, signal\n_r = os.replace\n_n = [0]\n"
+                pre = ("import os, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"  # `cmd &` ignores SIGINT
+                       "_r = os.replace\n_n = [0]\n"
                        f"def _rep(a, b, **kw):\n    _n[0] += 1\n    if _n[0] == {k}: os.kill(os.getpid(), {int(signum)})\n"
                        "    return _r(a, b, **kw)\nos.replace = _rep")
                 proc = evaldag(argv(models[nxt], out, cache), prelude=pre)
