@@ -116,6 +116,17 @@ def test_report_out_replaces_only_a_report(tmp_path, capsys, name):
     assert cli.main(["graph", "--run", str(out), "--format", "mermaid"]) == 0  # the run still reads
 
 
+@pytest.mark.parametrize("name", ["run.json", "TOY_EVAL.json", "report.html"])
+def test_a_drawing_never_replaces_a_run_file(tmp_path, capsys, name):
+    out = tmp_path / "out"
+    assert _toy(out, tmp_path / "c") == 0
+    before = (out / name).read_bytes()
+    assert cli.main(["graph", "--run", str(out), "--format", "svg", "--out", str(out / name)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"evaldag: error: --out {out / name}: a run's output file, not a drawing; refusing to replace it"]
+    assert (out / name).read_bytes() == before
+
+
 def test_report_rewritten_in_out_stays_inside_the_set(tmp_path, capsys):
     out = tmp_path / "out"
     assert _toy(out, tmp_path / "c") == 0

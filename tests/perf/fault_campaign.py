@@ -373,13 +373,8 @@ class Campaign:
                        f"def _rep(a, b, **kw):\n    _n[0] += 1\n    if _n[0] == {k}: os.kill(os.getpid(), {int(signum)})\n"
                        "    return _r(a, b, **kw)\nos.replace = _rep")
                 proc = evaldag(argv(models[nxt], out, cache), prelude=pre)
-            else:
-                env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-                pr = subprocess.Popen(argv(models[nxt], out, cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                time.sleep(delay)
-                pr.send_signal(signum)
-                o, e = pr.communicate(timeout=900)
-                proc = subprocess.CompletedProcess([], pr.returncode, o, e)
+            else:  # a random instant after the imports (most of a warm run), so the kill lands in the run
+                proc = _ready_then(argv(models[nxt], out, cache), lambda pr: (time.sleep(delay), pr.send_signal(signum)))
             now = self._which(out)
             lines = proc.stderr.strip().splitlines()
             kind = f"{signal.Signals(signum).name} at " + ("the k-th rename" if k is not None else "random instants")
@@ -397,15 +392,14 @@ class Campaign:
                 self.classify(kind, proc, now[0], nxt, f"exit {proc.returncode}, no one-line account; set {now[0]}")
             state["last"] = now[0] if now[0] in models else state["last"]
 
-        t = time.time()
-        evaldag(argv(models["retain"], out, cache))
-        evaldag(argv(models["target"], out, cache))
-        span = (time.time() - t) / 2
+        _ready_then(argv(models["retain"], out, cache), lambda pr: setattr(self, "_t_ready", time.time()))
+        span = time.time() - self._t_ready  # a warm run after its imports
+        _ready_then(argv(models["target"], out, cache), lambda pr: None)
         for signum in (signal.SIGTERM, signal.SIGINT):
             for k in range(1, 7):  # a warm run renames a handful of files: cache, stage, publish
                 one(signum, k, None)
         for _ in range(n):
-            one(signal.SIGTERM, None, self.rng.uniform(0.7, 1.05) * span)  # most of a warm run is importing
+            one(signal.SIGTERM, None, self.rng.uniform(0.0, 1.0) * span)
         # two runs into one default ./evaldag-out: tofu on the target, then muse on the retain model
         d = self.trial_dir()
         cache = self.warm_copy(d)
@@ -451,6 +445,19 @@ class Campaign:
         for kind, row in self.rows.items():
             lines.append(f"{kind:{w}s}" + "".join(f"{x:16d}" for x in row))
         return "\n".join(lines + [""] + self.notes)
+
+
+def _ready_then(cmd: list[str], act) -> subprocess.CompletedProcess:
+    """Run evaldag through python, call ``act(popen)`` once its imports are done (it says
+    "ready" on stderr), and return the finished process without that line."""
+    code = ("import sys\nfrom evaldag.engine.cli import main\nsys.stderr.write('ready\\n'); sys.stderr.flush()\n"
+            "raise SystemExit(main(sys.argv[1:]))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    pr = subprocess.Popen([sys.executable, "-c", code, *cmd[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = pr.stderr.readline()
+    act(pr)
+    o, e = pr.communicate(timeout=900)
+    return subprocess.CompletedProcess(cmd, pr.returncode, o, e if first == "ready\n" else first + e)
 
 
 def _bytes(folder: Path) -> int:
