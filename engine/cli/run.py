@@ -136,7 +136,7 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out or "evaldag-out")
-    old = _term_raises()
+    old = term_raises()
     try:
         return _cmd(args, group)
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
@@ -151,7 +151,7 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             group.close()
 
 
-def _term_raises() -> object:
+def term_raises() -> object:
     """SIGTERM ends a run like Ctrl-C does (cleanly, with one line), not by the default kill
     that would leave a half-written stage behind; returns the handler to restore."""
     if threading.current_thread() is not threading.main_thread():

@@ -254,9 +254,10 @@ def test_sigterm_at_random_instants_leaves_one_run_set(tmp_path):
         if p.returncode == 143:
             assert len(err) == 1 and err[0].startswith("evaldag: interrupted (SIGTERM): ")
             said.add(err[0].split(": ")[2].split(" in ")[0])
-            assert after == (before if "kept" in err[0] else ("A" if before == "B" else "B"))
-        elif p.returncode == -signal.SIGTERM:  # still importing, before evaldag took over SIGTERM
-            assert err == [] and after == before
+            new = "A" if before == "B" else "B"
+            assert after == (new if "published" in err[0] or "after the run had finished" in err[0] else before)
+        elif p.returncode == -signal.SIGTERM:  # importing, or in Python's last teardown (handlers reset):
+            assert err == []  # the default action, no line; the set is still one run's (_one_run checked it)
         else:
             assert p.returncode == 0 and after != before
     stages = [d for d in (out / ".evaldag" / "sets").iterdir() if (d / sets.STAGE_MARK).exists()]

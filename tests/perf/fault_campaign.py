@@ -385,9 +385,10 @@ class Campaign:
                 self.classify(kind, proc, now[0], nxt)
             elif told and (now[0] == nxt) == ("published" in lines[0]) and now[0] in (before[0], nxt):
                 self.classify(kind, subprocess.CompletedProcess([], 2, "", ""), None, None)
-            elif proc.returncode == -signal.SIGTERM and not proc.stderr and now == before:
-                self.classify(kind, subprocess.CompletedProcess([], 2, "", ""), None, None)  # killed while importing
-                self.notes.append(f"{kind} (trial {self.n}): killed before evaldag took over SIGTERM; set untouched, no line")
+            elif proc.returncode == -signal.SIGTERM and not proc.stderr and now[0] in (before[0], nxt):
+                self.classify(kind, subprocess.CompletedProcess([], 2, "", ""), None, None)  # importing, or Python's teardown
+                self.notes.append(f"{kind} (trial {self.n}): killed while importing or in Python's final teardown "
+                                  f"(default action, no line); set whole: {'the old' if now == before else 'the new'}")
             else:
                 self.classify(kind, proc, now[0], nxt, f"exit {proc.returncode}, no one-line account; set {now[0]}")
             state["last"] = now[0] if now[0] in models else state["last"]
