@@ -146,6 +146,25 @@ class Benchmark:
         """Sections of ``report.html`` drawn from the loaded run folders (default: none)."""
         return []
 
+    def input_paths(self, config: Any) -> list[tuple[str, Path]]:
+        """(option, path) for each file or folder the run reads, so that ``--out`` can never
+        be, hold or lie inside one (retain logs cannot be rebuilt). Default: every config
+        field whose value (or item) names an existing path; override to add hidden ones."""
+        found: list[tuple[str, Path]] = []
+
+        def walk(key: str, v: Any) -> None:
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    walk(str(k), item)
+            elif isinstance(v, (list, tuple)):
+                for item in v:
+                    walk(key, item)
+            elif isinstance(v, (str, os.PathLike)) and str(v) and os.path.exists(os.path.expanduser(v)):
+                found.append((f"--{key.replace('_', '-')}", Path(os.path.expanduser(v))))
+
+        walk("", config.model_dump() if isinstance(config, pydantic.BaseModel) else {})
+        return found
+
     # helpers for subclasses
     @staticmethod
     def several(args: argparse.Namespace) -> bool:
@@ -246,9 +265,11 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
 
 
 def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
-                      title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS) -> Path:
-    """``report.html`` for finished runs, with the sections of the benchmarks they ran."""
-    return _write_page(out_dirs, dest, title=title, plugins=lambda runs: benchmarks_of(runs, registry))
+                      title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS,
+                      shown: Sequence[str | os.PathLike] | None = None) -> Path:
+    """``report.html`` for finished runs, with the sections of the benchmarks they ran
+    (``shown``: the folder names titles use, when the files are read from a stage)."""
+    return _write_page(out_dirs, dest, title=title, plugins=lambda runs: benchmarks_of(runs, registry), shown=shown)
 
 
 __all__ = ["BENCHMARKS", "Benchmark", "BenchmarkRegistry", "MetricMenu", "RunFolder", "Section", "Split",

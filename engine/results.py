@@ -22,6 +22,7 @@ from typing import Any
 
 from .cache import Cache, codec
 from .graph import Graph, Vertex
+from .redact import redact
 
 STATUSES = ("computed", "cached", "failed", "skipped")
 ALL_GROUPS = "*"  # results()/summary() of every group; group=None selects the nodes without one
@@ -228,7 +229,7 @@ def provenance(resources: Any, graph: Graph | None = None, extra: dict | None = 
                 templates.append(t)
         out["templates"] = templates
     out.update(extra or {})
-    return out
+    return redact(out)  # a token in a path, URL or --api-key value never reaches run.json or the report
 
 
 def describe_resource(res: Any) -> dict:

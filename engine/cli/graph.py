@@ -8,12 +8,14 @@ when ``--cache-dir`` asks which nodes the store already holds.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ..benchmark import BENCHMARKS, Benchmark, benchmarks_of, splits_of
 from ..cache import Cache
 from ..graph import Graph
+from ..outfolder import META, is_our_link
 from ..render import FORMATS, render
 from ..render.report_html import load_run_folder
 from ..render.view import from_graph, from_run_dir
@@ -95,6 +97,10 @@ def cmd(args: argparse.Namespace) -> int:
         return 2
     if args.out:
         out = Path(args.out)
+        if os.path.lexists(out) and (is_our_link(out) or out.suffix == ".json" or META in out.resolve().parts):
+            # a drawing never replaces a run's files (results, run.json, a set's report)
+            print(f"evaldag: error: --out {out}: a run's output file, not a drawing; refusing to replace it", file=sys.stderr)
+            return 2
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         print(f"wrote {out}", file=sys.stderr)

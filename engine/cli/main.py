@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from importlib.metadata import entry_points
 
@@ -84,13 +85,35 @@ def main(argv: list[str] | None = None) -> int:
     quietly. SIGPIPE stays ignored, as Python sets it: with the default action a rank
     whose peer died would be killed by its next socket write (exit -13, no message)
     instead of reporting the lost peer."""
+    process = argv is None  # the console script: this process ends when main returns
+    argv = list(sys.argv[1:] if argv is None else argv)
+    old = run.term_raises() if argv[:1] == ["run"] else None  # from the start: loading plugins takes seconds
     try:
-        code = _main(list(sys.argv[1:] if argv is None else argv))
+        code = _main(argv)
         sys.stdout.flush()
+        if old is not None and process:  # a SIGTERM while Python tears down still gets its one line
+            old = None
+            signal.signal(signal.SIGTERM, lambda signum, frame: _late(signum, code))
         return code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own exit flush must not fail again
         return 141  # what a shell reports for a process ended by SIGPIPE
+    except (KeyboardInterrupt, run.Interrupted) as e:  # before `run` had parsed its options: nothing written
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"evaldag: interrupted ({signal.Signals(signum).name}): before the run started, nothing was written",
+              file=sys.stderr)
+        return 128 + signum
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _late(signum: int, code: int) -> None:
+    """SIGTERM after the run returned (interpreter teardown): its outputs are already as it left them."""
+    print(f"evaldag: interrupted ({signal.Signals(signum).name}): after the run had finished (exit {code}); "
+          "its outputs are complete", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def _main(argv: list[str]) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pydantic
@@ -15,7 +17,8 @@ from ..declare import REGISTRY
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
 from ..graph import GraphError
-from ..outputs import print_failures, print_run, write
+from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, staged, write
+from ..redact import redact_argv
 from ..resources import MissingResource
 from ..run import run
 from .sweep import expand_models, folder_names
@@ -121,9 +124,29 @@ def check_folders(cache_dir: str | None, out: Path) -> None:
         raise ValueError(f"--out {out}: cannot write in {where}")
 
 
+def check_out_vs_inputs(out: Path, inputs: list[tuple[str, Path]]) -> None:
+    """--out must not be, hold or lie inside anything the run reads (retain logs, a model, data):
+    publishing there would replace files that cannot be rebuilt."""
+    o = Path(os.path.realpath(out))
+    for flag, path in inputs:
+        p = Path(os.path.realpath(path))
+        how = "is" if o == p else "lies inside" if p in o.parents else "holds" if o in p.parents else None
+        if how:
+            raise ValueError(f"--out {out} {how} the input {flag} {path}; choose another --out (nothing was written)")
+
+
+def check_out(out: Path, benches: list[Benchmark], cfgs: list, report: bool) -> None:
+    """Before anything is built: --out clear of every input, and no name the run will write
+    already taken by a file evaldag did not write as that output."""
+    check_out_vs_inputs(out, [fp for b, cfg in zip(benches, cfgs) for fp in b.input_paths(cfg)])
+    groups = {b.group.upper() for b in benches if b.group}
+    check_names(out, [f"{g}_{kind}.json" for g in sorted(groups) for kind in ("EVAL", "SUMMARY")]
+                + ["run.json"] + (["report.html"] if report else []))
+
+
 def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    # run.json names the command as typed (also when main() is called from Python)
-    args.command_line = ["evaldag", *(sys.argv[1:] if argv is None else argv)]
+    # run.json names the command as typed (also when main() is called from Python), secrets masked
+    args.command_line = redact_argv(["evaldag", *(sys.argv[1:] if argv is None else argv)])
     if args.launcher == "torchrun":
         return launch.exec_torchrun(argv or [], args)
     try:
@@ -131,11 +154,32 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     except launch.RankFailure as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+    out = Path(args.out or "evaldag-out")
+    old = term_raises()
     try:
         return _cmd(args, group)
+    except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
+        signum = getattr(e, "signum", signal.SIGINT)
+        what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"
+        print(f"evaldag: interrupted ({signal.Signals(signum).name}): {what} {out}", file=sys.stderr)
+        return 128 + signum
     finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
         if group is not None:
             group.close()
+
+
+def term_raises() -> object:
+    """SIGTERM ends a run like Ctrl-C does (cleanly, with one line), not by the default kill
+    that would leave a half-written stage behind; returns the handler to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def raise_interrupted(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    return signal.signal(signal.SIGTERM, raise_interrupted)
 
 
 def _cmd(args: argparse.Namespace, group: Group | None) -> int:
@@ -150,14 +194,24 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
         if hasattr(args, "model"):
             args.model = models[0] if models else None
         return _one(args, benches, group, out, report=True)
+    try:
+        check_names(out, ["report.html"])  # the sweep's report must not replace a page evaldag did not write
+    except NotOurs as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
     codes = []
     for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint
         args.model = path
         codes.append(_one(args, benches, group, out / name, report=False))
         if codes[-1] == 2 or (group is not None and group.broken):
             return codes[-1]
-    if group is None or group.is_writer:  # one report, a column per checkpoint
-        write_report_html([out / name for name in folder_names(models)], out / "report.html")
+    if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
+        try:
+            with staged(out) as stage:
+                write_report_html([out / name for name in folder_names(models)], stage / "report.html")
+        except (CacheWriteError, NotOurs, ValueError) as e:
+            print(f"evaldag: error: {e}", file=sys.stderr)
+            return 2
         if not args.quiet:
             print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}")
     return max(codes)
@@ -168,6 +222,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
     try:
         check_folders(args.cache_dir, out)
         cfgs = configs(args, benches)
+        check_out(out, benches, cfgs, report)
         for b, cfg in zip(benches, cfgs):
             n, res = b.build(cfg)
             nodes += n
@@ -195,11 +250,12 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
         return done
     # a benchmark may write its own files too (WEAT: {query: {metric: fields}}); all are one set
     also = [lambda res, folder, b=b, cfg=cfg: b.write_outputs(res, folder, cfg) for b, cfg in zip(benches, cfgs)]
+    if report:  # the report is part of the set: drawn from the staged files, titled after OUT
+        title = f"evaldag report: {', '.join(b.name for b in benches)}"  # this run's benchmarks, nothing else
+        also.append(lambda res, folder: write_report_html([folder], folder / "report.html", shown=[out], title=title))
     try:
         write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches], refresh=args.refresh, also=also)
-        if report:
-            write_report_html([out], out / "report.html")
-    except CacheWriteError as e:
+    except (CacheWriteError, NotOurs) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     if not args.quiet:

@@ -2,10 +2,11 @@
 
 The EVAL and SUMMARY files use open-unlearning's shapes and metric names, so either
 tool can read the other's files (e.g. as retain logs). A run's files are one set: they
-are written into a fresh temp folder inside ``out`` and only then renamed into place,
-under a lock on the ``out`` folder, run.json last. A reader sees the old set or the new one; a full
-disk leaves the old set as it was (and no temp files); two runs writing one ``out`` at
-once both finish, and the set is one run's. ``run.json`` is read by other
+are written into a fresh folder ``out/.evaldag/sets/<id>/`` and published by one rename
+of the link ``out/.evaldag/current`` (``sets.py``; the names in ``out`` are links through
+it). A reader sees the old set or the new one at every instant; a full disk leaves the
+old set as it was (and no temp files); two runs writing one ``out`` at once both
+finish, and the set is one run's. ``run.json`` is read by other
 tools (the renderers, ``evaldag report``); its keys are stable::
 
     {"nodes": {name: {"fingerprint", "status", "seconds", "reason"}},
@@ -20,19 +21,15 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..cache.files import TMP_PREFIX, CacheWriteError, write_error
+from ..cache.files import CacheWriteError, write_error
+from ..redact import redact
 from ..results import Result, RunResult
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+from .sets import Interrupted, NotOurs, new_stage, publish
 
 Extra = Callable[[RunResult, Path], Any]  # writes more files of the set into the folder it is given
 
@@ -88,7 +85,7 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = (), refresh: str | N
         "nodes": nodes,
         "executor": result.executor,
         "wall_seconds": result.wall_seconds,
-        "provenance": result.provenance,
+        "provenance": redact(result.provenance),  # also a RunResult whose provenance was built by hand
     }
     if benchmarks:  # the registered benchmarks whose report sections draw this folder
         out["benchmarks"] = list(benchmarks)
@@ -132,50 +129,32 @@ def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Se
 
 @contextlib.contextmanager
 def staged(out_dir: str | os.PathLike) -> Iterator[Path]:
-    """A fresh temp folder inside ``out_dir``; its files are published into ``out_dir`` on exit.
+    """A fresh set folder inside ``out_dir``; it becomes ``out_dir``'s current set on exit
+    (``sets.publish``: one atomic step).
 
-    Nothing is published if the block raises. Any OSError (a full disk) becomes one
-    :class:`CacheWriteError` line naming the folder; the temp folder is always removed.
+    Nothing is published if the block raises (SIGINT included). Any OSError (a full disk)
+    becomes one :class:`CacheWriteError` line naming the folder; an unpublished stage is
+    always removed.
     """
     out = Path(out_dir)
-    stage = None
+    stage, published = None, False
     try:
         out.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(dir=out, prefix=TMP_PREFIX + "out-"))
+        stage = new_stage(out)
         yield stage
-        publish(stage, out)
-    except CacheWriteError:
+        try:
+            publish(stage, out)
+            published = True
+        except Interrupted as e:
+            published = e.published
+            raise
+    except (CacheWriteError, NotOurs, Interrupted):
         raise
     except OSError as e:
         raise write_error(out, e) from e
     finally:
-        if stage is not None:
+        if stage is not None and not published:
             shutil.rmtree(stage, ignore_errors=True)
-
-
-def publish(stage: Path, out: Path) -> None:
-    """fsync every staged file, then rename each into ``out`` (run.json last) under ``out``'s lock."""
-    files = sorted((p for p in stage.iterdir() if p.is_file()), key=lambda p: (p.name == "run.json", p.name))
-    for p in files:
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-    with _locked(out):
-        for p in files:
-            os.replace(p, out / p.name)
-
-
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock on the folder itself (flock on its descriptor): no lock file is left behind."""
-    if fcntl is None:  # not POSIX: publishing is not serialised (each rename is still atomic)
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -13,6 +13,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from ..outfolder import REPORT_MARK
 from .clusters import cluster_order
 from .svg import to_svg
 from .view import View, as_view, fmt_num, fmt_secs
@@ -33,6 +34,7 @@ def page(title: str, body: str, *, subtitle: str = "") -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"{REPORT_MARK}\n"  # how `evaldag report --out X` knows X is a report it may replace
         f"<title>{escape(title)}</title>\n<style>\n{asset('evaldag.css')}</style>\n</head>\n<body>\n"
         f"<h1>{escape(title)}</h1>\n{lead}\n{body}\n"
         f'<footer class="ed-foot">made by evaldag · self-contained, nothing loaded from the network</footer>\n'

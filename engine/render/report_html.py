@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
 from ..cache import atomic_write
+from ..outfolder import is_our_link, is_report, set_folder
+from ..redact import redact_text
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .runjson import read_run_json
@@ -50,28 +52,34 @@ class Section:
 class RunFolder:
     """What one output folder holds, read once."""
 
-    path: Path
+    path: Path  # where its files are read from (the published set, see outfolder.py)
     title: str = ""
     subtitle: str = ""
     run: dict | None = None
     evals: dict[str, dict] = field(default_factory=dict)
     summaries: dict[str, dict] = field(default_factory=dict)
+    shown: Path | None = None  # the folder the user named (titles); ``path`` when None
 
 
-def load_run_folder(path: str | os.PathLike) -> RunFolder:
-    p = Path(path)
-    if not p.is_dir():
-        raise FileNotFoundError(f"{p}: not a folder (give the --out folder of a run)")
-    rf = RunFolder(p)
+def load_run_folder(path: str | os.PathLike, shown: str | os.PathLike | None = None) -> RunFolder:
+    """One run's files, all from its published set (never a mix of two runs); ``shown``
+    names it in titles (the --out folder while its set is still being staged)."""
+    given = Path(path)
+    if not given.is_dir():
+        raise FileNotFoundError(f"{given}: not a folder (give the --out folder of a run)")
+    p = set_folder(given)
+    rf = RunFolder(p, shown=Path(shown) if shown is not None else given)
     if (p / "run.json").exists():
         rf.run = read_run_json(p / "run.json")
     rf.evals = read_evals(p)
     for s in sorted(p.glob("*_SUMMARY.json")):
+        if not s.exists():
+            continue
         data = read_json(s)
         if isinstance(data, dict):
             rf.summaries[s.name[: -len("_SUMMARY.json")]] = data
     if rf.run is None and not rf.evals:
-        raise FileNotFoundError(f"{p}: neither run.json nor any <BENCH>_EVAL.json here")
+        raise FileNotFoundError(f"{given}: neither run.json nor any <BENCH>_EVAL.json here")
     prov = (rf.run or {}).get("provenance") or {}
     res = (prov.get("resources") or {}).get("model") or {}
     model = res.get("path") or prov.get("model_path") or prov.get("model_name") or prov.get("model")
@@ -108,12 +116,12 @@ def _titles(runs: list[RunFolder]) -> None:
     """Column titles: the folder name, with parents added until they are all distinct."""
     depth = 1
     while True:
-        names = ["/".join(r.path.resolve().parts[-depth:]) for r in runs]
+        names = ["/".join((r.shown or r.path).resolve().parts[-depth:]) for r in runs]
         if len(set(names)) == len(names) or depth > 6:
             break
         depth += 1
     for r, name in zip(runs, names):
-        r.title = name
+        r.title = redact_text(name)  # a token in a folder name is not printed either
 
 
 # ---------------------------------------------------------------------- sections
@@ -144,7 +152,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
-        cols = "".join(f'<th class="ed-num" title="{escape(str(r.path))}">{escape(r.title)}'
+        cols = "".join(f'<th class="ed-num" title="{escape(redact_text(str(r.shown or r.path)))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
                    + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'
@@ -270,14 +278,14 @@ def _merge(sections: list[Section]) -> list[Section]:
 
 
 def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
-                      plugins: Plugins = None) -> str:
+                      plugins: Plugins = None, shown: Sequence[str | os.PathLike] | None = None) -> str:
     """The page for ``out_dirs``: Metrics, the ``plugins``' sections, Graph, Run statistics.
 
     ``plugins`` (or a function of the loaded runs that returns them) supply their own
     sections and data-split names; ``evaldag.engine.benchmark.build_report_html`` passes
-    the benchmarks the runs ran.
+    the benchmarks the runs ran. ``shown`` names the folders in titles (default: themselves).
     """
-    runs = [load_run_folder(p) for p in out_dirs]
+    runs = [load_run_folder(p, s) for p, s in zip(out_dirs, shown or [None] * len(out_dirs))]
     if not runs:
         raise ValueError("give at least one output folder")
     _titles(runs)
@@ -297,9 +305,19 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
 
 
 def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *, title: str = "evaldag report",
-                      plugins: Plugins = None) -> Path:
-    """Write ``report.html`` for ``out_dirs`` (atomically) and return its path."""
-    html_text = build_report_html(list(out_dirs), title=title, plugins=plugins)
+                      plugins: Plugins = None, shown: Sequence[str | os.PathLike] | None = None) -> Path:
+    """Write ``report.html`` for ``out_dirs`` (atomically) and return its path.
+
+    ``dest`` may replace only a report evaldag wrote (never an EVAL file, never a user's
+    page); ``OUT/report.html`` of a published set is rewritten inside that set, so the
+    link stays and the set stays one run's.
+    """
     dest = Path(dest)
-    atomic_write(dest, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
+    target = dest
+    if dest.name == "report.html" and is_our_link(dest):
+        target = set_folder(dest.parent) / dest.name
+    elif os.path.lexists(dest) and not (is_report(dest) and not is_our_link(dest)):
+        raise ValueError(f"{dest}: not a report evaldag wrote; refusing to replace it (choose another --out)")
+    html_text = build_report_html(list(out_dirs), title=title, plugins=plugins, shown=shown)
+    atomic_write(target, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
     return dest

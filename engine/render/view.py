@@ -26,6 +26,7 @@ import networkx as nx
 
 from ..cache import Cache
 from ..graph import Graph
+from ..outfolder import set_folder
 from ..results import RunResult
 from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
 from .runjson import STATUSES, read_run_json
@@ -295,6 +296,8 @@ def read_evals(folder: Path) -> dict[str, dict]:
     """``{BENCH: contents of BENCH_EVAL.json}`` for every EVAL file in ``folder``."""
     out = {}
     for p in sorted(folder.glob("*_EVAL.json")):
+        if not p.exists():  # a stable name the current set lacks (a dangling link reads as absent)
+            continue
         data = read_json(p)
         if isinstance(data, dict):
             out[p.name[: -len("_EVAL.json")]] = data
@@ -307,9 +310,11 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
     folder = Path(folder)
     if folder.is_file():
         folder = folder.parent
+    given = folder / "run.json"
+    folder = set_folder(folder)  # every file from one set, even while a run publishes the next
     path = folder / "run.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no run.json here (is {folder} the --out folder of a run?)")
+        raise FileNotFoundError(f"{given}: no run.json here (is {given.parent} the --out folder of a run?)")
     run = read_run_json(path)  # every field checked against its type; a bad one is dropped with a warning
     entries = run.get("nodes") or {}
     evals = read_evals(folder)

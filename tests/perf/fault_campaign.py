@@ -685,6 +685,128 @@ class Campaign:
                       ("flagged",) if ok else ("silent",), ("flagged",),
                       "" if ok else f"without the note: {', '.join(silent[:6])}{' …' if len(silent) > 6 else ''}")
 
+    # ---- issue 26: outputs
+    def hostile_outputs(self, n: int = 8) -> None:
+        """--out over an input, report --out over EVAL, signals while publishing, two runs into
+        one folder, a secret in argv. A torn set (files of two runs visible together) counts
+        as wrong numbers; a signal's exit with its one line, or a refusal, as failed clearly."""
+        retain = FIX / "tiny-llama" / "retain"
+        oul = FIX / "open_unlearning"
+
+        def with_logs(out: Path, cache: Path, logs: Path) -> list[str]:
+            a = argv(self.target, out, cache)
+            i = a.index("--retain-model")
+            return a[:i] + ["--retain-logs", str(logs)] + a[i + 2:]
+
+        # --out set to the --retain-logs folder: the logs cannot be rebuilt
+        d = self.trial_dir()
+        logs = d / "logs"
+        logs.mkdir()
+        for k in ("EVAL", "SUMMARY"):
+            shutil.copy(oul / f"retain_TOFU_{k}.json", logs / f"TOFU_{k}.json")
+        before = {p.name: p.read_bytes() for p in logs.iterdir()}
+        cache = self.warm_copy(d)
+        proc = evaldag(with_logs(logs, cache, logs))
+        after = {p.name: p.read_bytes() for p in logs.iterdir() if p.is_file() and not p.name.startswith(".")}
+        if proc.returncode == 0:  # the logs were replaced: the next run's forget_quality reads our own outputs
+            again = evaldag(with_logs(d / "out2", cache, logs))
+            fq = (outputs(d / "out2") or ({}, {}))[1].get("forget_quality")
+            note = f"retain logs overwritten; next run's forget_quality {fq}"
+        else:
+            note = "" if after == before else "refused, but the logs changed"
+        self.classify("--out over retain logs", proc, after, before, note if proc.returncode == 0 or after != before else "")
+        # evaldag report --out OUT/TOFU_EVAL.json
+        d = self.trial_dir()
+        cache = self.warm_copy(d)
+        evaldag(argv(self.target, d / "out", cache))
+        proc = evaldag([EVALDAG, "report", str(d / "out"), "--out", str(d / "out" / "TOFU_EVAL.json")])
+        got = outputs(d / "out")
+        self.classify("report --out over EVAL", proc, got, self.want,
+                      "" if got == self.want else "TOFU_EVAL.json is no longer results")
+        # signals at the k-th rename of a warm run (every rename: cache files and the publish),
+        # and at random instants; runs alternate target and retain, so a mix of two runs shows
+        d = self.trial_dir()
+        cache, out = self.warm_copy(d), d / "out"
+        models = {"target": self.target, "retain": retain}
+        evaldag(argv(retain, out, cache))
+        evaldag(argv(self.target, out, cache))
+        state = {"last": "target"}
+
+        def one(signum: int, k: int | None, delay: float | None) -> None:
+            nxt = "retain" if state["last"] == "target" else "target"
+            before = self._which(out)
+            if k is not None:
+                pre = ("import os, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"  # `cmd &` ignores SIGINT
+                       "_r = os.replace\n_n = [0]\n"
+                       f"def _rep(a, b, **kw):\n    _n[0] += 1\n    if _n[0] == {k}: os.kill(os.getpid(), {int(signum)})\n"
+                       "    return _r(a, b, **kw)\nos.replace = _rep")
+                proc = evaldag(argv(models[nxt], out, cache), prelude=pre)
+            else:  # a random instant after the imports (most of a warm run), so the kill lands in the run
+                proc = _ready_then(argv(models[nxt], out, cache), lambda pr: (time.sleep(delay), pr.send_signal(signum)))
+            now = self._which(out)
+            lines = proc.stderr.strip().splitlines()
+            kind = f"{signal.Signals(signum).name} at " + ("the k-th rename" if k is not None else "random instants")
+            told = len(lines) == 1 and lines[0].startswith("evaldag: interrupted")
+            if now[0] == "torn":
+                self.classify(kind, subprocess.CompletedProcess([], 0, "", proc.stderr), "torn", "one run", now[1])
+            elif proc.returncode == 0:
+                self.classify(kind, proc, now[0], nxt)
+            elif told and (now[0] == nxt) == ("published" in lines[0]) and now[0] in (before[0], nxt):
+                self.classify(kind, subprocess.CompletedProcess([], 2, "", ""), None, None)
+            elif proc.returncode == -signal.SIGTERM and not proc.stderr and now[0] in (before[0], nxt):
+                self.classify(kind, subprocess.CompletedProcess([], 2, "", ""), None, None)  # importing, or Python's teardown
+                self.notes.append(f"{kind} (trial {self.n}): killed while importing or in Python's final teardown "
+                                  f"(default action, no line); set whole: {'the old' if now == before else 'the new'}")
+            else:
+                self.classify(kind, proc, now[0], nxt, f"exit {proc.returncode}, no one-line account; set {now[0]}")
+            state["last"] = now[0] if now[0] in models else state["last"]
+
+        _ready_then(argv(models["retain"], out, cache), lambda pr: setattr(self, "_t_ready", time.time()))
+        span = time.time() - self._t_ready  # a warm run after its imports
+        _ready_then(argv(models["target"], out, cache), lambda pr: None)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            for k in range(1, 7):  # a warm run renames a handful of files: cache, stage, publish
+                one(signum, k, None)
+        for _ in range(n):
+            one(signal.SIGTERM, None, self.rng.uniform(0.0, 1.0) * span)
+        # two runs into one default ./evaldag-out: tofu on the target, then muse on the retain model
+        d = self.trial_dir()
+        cache = self.warm_copy(d)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        tofu = [a for a in argv(self.target, Path("x"), cache) if a not in ("--out", "x")]
+        subprocess.run(tofu, cwd=d, capture_output=True, env=env)
+        muse = [EVALDAG, "run", "muse", "--model", str(retain), "--data", str(FIX / "muse_tiny"), "--device", "cpu",
+                "--retain-logs", str(oul / "retain_MUSE_EVAL.json"), "--quiet", "--cache-dir", str(cache)]
+        proc = subprocess.run(muse, cwd=d, capture_output=True, text=True, env=env)
+        o = d / "evaldag-out"
+        html = (o / "report.html").read_text() if (o / "report.html").exists() else ""
+        got = ((o / "TOFU_EVAL.json").exists(), "forget_truth_ratio" in html, (o / "MUSE_EVAL.json").exists())
+        self.classify("two runs into one default out", proc, got, (False, False, True),
+                      "" if got == (False, False, True) else f"TOFU files shown {got[0]}, TOFU in the report {got[1]}")
+        # a secret in argv: a token in a path argument and in the working folder
+        token = "hf_" + "Zq8" * 10
+        d = self.trial_dir()
+        where = d / token
+        where.mkdir()
+        cache = shutil.copytree(self.cache0, where / "cache", symlinks=True)
+        proc = subprocess.run(argv(self.target, d / "out", cache), cwd=where, capture_output=True, text=True, env=env)
+        leak = [f for f in ("run.json", "report.html") if (d / "out" / f).exists() and token in (d / "out" / f).read_text()]
+        self.classify("secret in argv", proc, leak, [], f"token recorded in {', '.join(leak)}" if leak else "")
+
+    def _which(self, out: Path) -> tuple[str, str]:
+        """Which run OUT shows: 'target' / 'retain' when EVAL, SUMMARY and run.json agree, else 'torn'."""
+        got = outputs(out)
+        try:
+            cmd = json.loads((out / "run.json").read_text())["provenance"]["command"]
+            named = Path(cmd[cmd.index("--model") + 1]).name
+        except (OSError, ValueError, KeyError):
+            return "torn", "run.json unreadable"
+        by_eval = [m for m, w in (("target", self.want), ("retain", self.want_retain)) if got is not None
+                   and drift(got[0], w[0]) <= DRIFT and drift(got[1], w[1]) <= DRIFT]
+        if by_eval == [named]:
+            return named, ""
+        return "torn", f"run.json names {named}, EVAL/SUMMARY match {by_eval or 'neither'}"
+
     # ------------------------------------------------------------------ report
     def table(self) -> str:
         w = max(len(k) for k in self.rows) + 2
@@ -692,6 +814,19 @@ class Campaign:
         for kind, row in self.rows.items():
             lines.append(f"{kind:{w}s}" + "".join(f"{x:16d}" for x in row))
         return "\n".join(lines + [""] + self.notes)
+
+
+def _ready_then(cmd: list[str], act) -> subprocess.CompletedProcess:
+    """Run evaldag through python, call ``act(popen)`` once its imports are done (it says
+    "ready" on stderr), and return the finished process without that line."""
+    code = ("import sys\nfrom evaldag.engine.cli import main\nsys.stderr.write('ready\\n'); sys.stderr.flush()\n"
+            "raise SystemExit(main(sys.argv[1:]))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    pr = subprocess.Popen([sys.executable, "-c", code, *cmd[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = pr.stderr.readline()
+    act(pr)
+    o, e = pr.communicate(timeout=900)
+    return subprocess.CompletedProcess(cmd, pr.returncode, o, e if first == "ready\n" else first + e)
 
 
 def _bytes(folder: Path) -> int:
@@ -738,7 +873,7 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     c = Campaign(work, a.seed)
-    if only is None or only & {"kills", "corruptions", "full_disks", "hostile", "trust", "hostile_models"}:
+    if only is None or only & {"kills", "corruptions", "full_disks", "hostile", "trust", "hostile_models", "hostile_outputs"}:
         c.baseline()  # the cache-fault methods compare with it
     for name, step in (("kills", lambda: c.kills(a.kills)), ("corruptions", lambda: c.corruptions(a.corruptions)),
                        ("full_disks", c.full_disks), ("hostile", c.hostile), ("trust", c.trust)):
@@ -752,6 +887,8 @@ def main() -> int:
         c.render()
     if run("hostile_models"):
         c.hostile_models()
+    if run("hostile_outputs"):
+        c.hostile_outputs()
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0
