@@ -199,7 +199,8 @@ def sweep(out: Path, keep: set[str] = frozenset()) -> int:
                 continue
         shutil.rmtree(d, ignore_errors=True)
         n += 1
-    for p in [*(out / META).glob(TMP_PREFIX + "*"), *out.glob(TMP_PREFIX + "link-*"), *out.glob(TMP_PREFIX + "out-*")]:
+    legacy = [p for p in out.glob(".tmp-out-*") if _legacy_stage(p)]
+    for p in [*(out / META).glob(TMP_PREFIX + "*"), *out.glob(TMP_PREFIX + "link-*"), *out.glob(TMP_PREFIX + "out-*"), *legacy]:
         try:
             if now - p.lstat().st_mtime > TMP_MAX_AGE_S:
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -207,6 +208,17 @@ def sweep(out: Path, keep: set[str] = frozenset()) -> int:
         except OSError:
             pass
     return n
+
+
+def _legacy_stage(p: Path) -> bool:
+    """An older evaldag's stage folder (``.tmp-out-*``, before temporaries carried the
+    ``.evaldag-tmp-`` mark): a real folder holding nothing but the files a run writes, so a
+    user's own ``.tmp-out-`` folder is never taken for one."""
+    if p.is_symlink() or not p.is_dir():
+        return False
+    names = [c.name for c in p.iterdir()]
+    return all(n == "run.json" or n == "report.html" or n.endswith(("_EVAL.json", "_SUMMARY.json", "_LOOKUP.json"))
+               for n in names)
 
 
 def _fsync_dir(d: Path) -> None:

@@ -280,12 +280,17 @@ def test_leftovers_of_killed_runs_are_swept_and_live_ones_kept(tmp_path):
     older.mkdir()
     (older / "run.json").write_text("{}")
     os.utime(older, (time.time() - 7200, time.time() - 7200))
+    users = out / ".tmp-out-notes"  # the same name shape, but a user's: not only a run's files in it
+    users.mkdir()
+    (users / "draft.txt").write_text("mine")
+    os.utime(users, (time.time() - 7200, time.time() - 7200))
     previous = os.path.realpath(out / ".evaldag" / "current")
     assert _toy(out, cache, RUN_B) == 0
     left = sorted(p.name for p in setdir.iterdir())
     current = Path(os.path.realpath(out / ".evaldag" / "current")).name
     assert left == sorted(["running", Path(previous).name, current])
     assert not older.exists()
+    assert (users / "draft.txt").read_text() == "mine"
 
 
 # ---------------------------------------------------------------- item 4: another run's files
