@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .benchmark import BENCHMARKS
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
 from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 
@@ -74,11 +75,12 @@ def model_of(provenance: Any) -> str:
 
 
 def splits_for(benchmarks: Iterable[str]) -> tuple[Split, ...]:
-    """The generic splits plus those of the named benchmarks that can be loaded (others: generic only)."""
-    from .benchmark import BENCHMARKS  # the registry imports only the benchmarks named
-
+    """The generic splits plus those of the named benchmarks that can be loaded (others: generic only);
+    the registry imports only the benchmarks named."""
     own = []
     for name in benchmarks:
+        if name not in BENCHMARKS:
+            continue
         try:
             own.append(BENCHMARKS.get(name).splits)
         except Exception:  # noqa: BLE001 - an uninstalled plugin: its extra splits are not guessed
@@ -117,13 +119,14 @@ def collect(paths: Sequence[str | Path]) -> list[dict]:
     return [r for name, folder in run_folders(paths) for r in folder_rows(name, folder)]
 
 
-def result_rows(result: Any, run: str = "", splits: Sequence[Split] | None = None) -> list[dict]:
-    """Rows of a :class:`RunResult` in memory, named like the files its run would write."""
+def result_rows(result: Any, run: str = "") -> list[dict]:
+    """Rows of a :class:`RunResult` in memory, named like the files its run would write; the
+    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too."""
     groups = [g for g in result.graph.groups if g is not None]
     summaries = {g.upper(): result.summary(g) for g in groups}
     if None in result.graph.groups and result.summary(None):
         summaries["RUN"] = result.summary(None)
-    return rows(run, model_of(result.provenance), summaries, splits if splits is not None else GENERIC_SPLITS)
+    return rows(run, model_of(result.provenance), summaries, splits_for(g.lower() for g in groups))
 
 
 def _cell(v: Any) -> Any:
