@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
 from ..engine.adapters.placement import parse_max_memory
+from ..engine.benchmark import BENCHMARKS
 from .tofu.data import load_template_args
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
@@ -60,6 +61,18 @@ class RetainOptions(ModelOptions):
         if isinstance(data, dict):
             data = {**data, "retain": retain_mode(data.get("retain"), data.get("retain_model"), data.get("retain_logs"))}
         return data
+
+
+def menu_metrics(bench: str, value: Any) -> Any:
+    """A config's ``metrics`` as ``--metrics`` reads them: ``("all",)``, ``("default", "mia")`` or
+    names, expanded by the benchmark's menu, so Python and the CLI accept the same words (an
+    unknown name is refused, naming the known ones). An empty tuple stays empty. The menu is
+    found through the registry (the benchmark module imports its config: no import back)."""
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not value or not all(isinstance(w, str) for w in value):
+        return value  # pydantic says what is wrong with it
+    return BENCHMARKS.get(bench).metric_menu().parse(",".join(value), bench=bench)
 
 
 def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:

@@ -11,7 +11,7 @@ The public API is what docs/writing-a-metric.md explains, nothing more::
     TokenStatsResult, pack_token_stats, unpack_token_stats             per-token statistics and their reader
     Rows, Value                                wrap data for binding as resources
     HFModel, PromptTemplate                    a transformers checkpoint as a resource; QA prompt tags
-    write_report                               <GROUP>_EVAL.json, _SUMMARY.json, run.json
+    write_report, write_outputs                <GROUP>_EVAL.json, _SUMMARY.json, run.json (+ report.html: write_report)
 
 Everything else is imported from its module (``evaldag.engine.declare.REGISTRY``,
 ``evaldag.engine.resources.MissingResource``, ...).
@@ -27,14 +27,17 @@ from .requests import (
 )
 from .resources import Rows, Value
 from .cache import Cache
-from .outputs import write as write_report
+from .report import write_outputs, write_report
 from .results import Result, RunResult
 from .run import run
+from . import notebook
+
+notebook.install()  # Graph, RunResult and Result display themselves in Jupyter (engine/notebook.py)
 
 __all__ = [
     "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "GraphError",
     "Result", "Graph", "run", "RunResult", "Cache",
     "TokenStats", "Generate", "GenerationSettings", "HiddenStates", "GradNorm",
     "TokenStatsResult", "pack_token_stats", "unpack_token_stats",
-    "Rows", "Value", "HFModel", "PromptTemplate", "write_report",
+    "Rows", "Value", "HFModel", "PromptTemplate", "write_report", "write_outputs",
 ]

@@ -24,9 +24,10 @@ from .adapters.base import OutOfMemory
 from .adapters.integrity import ModelChangedError
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
+from .progress import bar as progress_bar
 from .requests import Request
 
-# Heavy import: tqdm (only with --progress), inside the function that needs it.
+# Heavy import: tqdm (only when a bar is drawn), inside engine/progress.py.
 
 _COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
              "batches", "oom_retries", "seconds")
@@ -90,7 +91,7 @@ class Executor:
     :class:`OutOfMemory`) to exercise the recovery paths.
     """
 
-    def __init__(self, cache: RequestStore | None = None, progress: bool = False,
+    def __init__(self, cache: RequestStore | None = None, progress: bool | None = False,
                  batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None,
                  refresh: bool = False, deterministic: bool = False):
         self.cache = cache
@@ -98,7 +99,7 @@ class Executor:
         self.deterministic = deterministic
         self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
         self._written: dict[str, list[str]] = defaultdict(list)  # store key -> request keys this run wrote
-        self.progress = progress
+        self.progress = progress  # None: a bar only on a terminal; True: also on a pipe (engine/progress.py)
         self.batch_tokens = batch_tokens
         self.device = device
         self.fault = fault
@@ -266,20 +267,9 @@ class Executor:
         st.batches += 1
 
     def _bar(self, kind: str, total: int) -> Any:
-        if not self.progress:
-            return _NoBar()
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, unit="tok", unit_scale=True, desc=f"evaldag {kind}", file=sys.stderr, leave=False)
+        """Tokens done, on a terminal (progress None) or when forced (True); see engine/progress.py."""
+        return progress_bar(total, f"evaldag {kind}", "tok", self.progress)
 
 
 def _length(item: tuple[str, Request]) -> int:
     return item[1].length()
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -144,6 +144,11 @@ class RunResult:
     def ok(self) -> bool:
         return all(r.status in ("computed", "cached") for r in self.records.values())
 
+    def __repr__(self) -> str:
+        """One line (the dataclass repr printed every loaded array): ok, node counts, seconds."""
+        counts = ", ".join(f"{self.count(s)} {s}" for s in STATUSES if self.count(s))
+        return f"<RunResult ok={self.ok} nodes={len(self.records)} ({counts or 'none'}) wall={self.wall_seconds:.2f}s>"
+
     def value(self, name: str) -> Any:
         """A node's value by display name (loaded from the store if it was cached)."""
         v = self.graph.find(name)

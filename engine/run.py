@@ -27,6 +27,7 @@ from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
+from .progress import bar as progress_bar
 from .reasons import history_slots, recompute_reason
 from .requests import Request, nonfinite_output
 from .resources import ResourceSet
@@ -300,11 +301,17 @@ class _Runner:
             outs = Parallel(n_jobs=self.n_jobs, return_as="generator")(delayed(_call)(v.metric.fn, kw) for v, kw in jobs)
         else:
             outs = (_call(v.metric.fn, kw) for v, kw in jobs)
-        for (v, _), (ok, value, seconds) in zip(jobs, outs):
-            if ok:
-                self.finish(v, value, seconds)
-            else:
-                self.fail(v, value, seconds)
+        # a stage longer than a second gets a bar over its nodes (ROUGE alone can take seconds)
+        bar = progress_bar(len(jobs), "evaldag aggregators", "nodes", getattr(self.ex, "progress", False), delay=1.0)
+        try:
+            for (v, _), (ok, value, seconds) in zip(jobs, outs):
+                if ok:
+                    self.finish(v, value, seconds)
+                else:
+                    self.fail(v, value, seconds)
+                bar.update(1)
+        finally:
+            bar.close()
 
     # ------------------------------------------------------------------ scorers
     def _run_scorers(self, vs: list[Vertex]) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..common import RetainOptions
+from pydantic import field_validator
+
+from ..common import RetainOptions, menu_metrics
 
 DEFAULT_METRICS = ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbmem_ROUGE", "privleak", "extraction_strength")
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
@@ -25,6 +27,12 @@ class MuseConfig(RetainOptions):
     knowmem_new_tokens: int = 32
     verbmem_new_tokens: int = 128
     k: float = 0.4
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _menu(cls, value):
+        """The words ``--metrics`` takes (``all``, ``default``, ``mia``), as the CLI takes them."""
+        return menu_metrics("muse", value)
 
     @property
     def source(self) -> str:

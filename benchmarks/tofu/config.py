@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..common import RetainOptions
+from pydantic import field_validator
+
+from ..common import RetainOptions, menu_metrics
 
 # open-unlearning's configs/eval/tofu.yaml, in its order
 DEFAULT_METRICS = (
@@ -26,3 +28,9 @@ class TofuConfig(RetainOptions):
     holdout_split: str | None = None  # default: holdout<NN> matching the forget split
     max_new_tokens: int = 200  # greedy generation length for ROUGE
     k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _menu(cls, value):
+        """The words ``--metrics`` takes (``all``, ``default``, ``mia``), as the CLI takes them."""
+        return menu_metrics("tofu", value)

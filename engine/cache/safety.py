@@ -112,6 +112,9 @@ def require_marker(root: Path) -> None:
                         "removed or read")
 
 
+_RUN = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{8}\.json")  # a run record (engine/runlog.py NAME)
+
+
 def _file(p: Path) -> bool:
     """A regular file, reached without a symbolic link at the last step."""
     return not p.is_symlink() and p.is_file()
@@ -153,6 +156,10 @@ def _entries(root: Path, kept: list[str] | None = None):
         files += [p for p in history.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or
                                                                 (p.suffix == ".json" and _HEX.fullmatch(p.stem)))]
         dirs.append(history)
+    runs = root / "runs"  # engine/runlog.py's records of each run
+    if _dir(runs):
+        files += [p for p in runs.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _RUN.fullmatch(p.name))]
+        dirs.append(runs)
     files += [root / n for n in _SQLITE + _MEMO if _file(root / n)]
     files += [p for p in root.iterdir() if _file(p) and p.name.startswith(TMP_PREFIX)]
     return files, dirs

@@ -1,4 +1,4 @@
-"""``evaldag cache info|ls|explain|verify|clear|prune``.
+"""``evaldag cache info|ls|runs|explain|verify|clear|prune``.
 
 ``info``, ``ls``, ``explain`` and ``verify`` (without ``--repair``) open the cache to look
 at it (``Cache(..., inspect=True)``): they never delete, move or write anything, a corrupt
@@ -17,11 +17,13 @@ import sys
 from ..cache import Cache, NotACache
 from ..cache.safety import require_marker
 from ..cache.deep import verify_deep
+from .. import runlog
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="inspect or clean the cache")
-    c.add_argument("action", choices=["info", "ls", "explain", "verify", "clear", "prune"])
+    c.add_argument("action", choices=["info", "ls", "runs", "explain", "verify", "clear", "prune"],
+                   help="runs: the runs recorded in this cache (when, command, benchmarks, models, out folder, nodes)")
     c.add_argument("fingerprint", nargs="?", help="for explain: a fingerprint or prefix, a node name or an id like qa_stats[216cdb]")
     c.add_argument("--cache-dir", default=None)
     c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
@@ -81,6 +83,16 @@ def verify(cache: Cache, args: argparse.Namespace) -> int:
     return 1 if (bad and not args.repair) or differ else 0
 
 
+def list_runs(cache: Cache) -> int:
+    """``cache runs``: one line per recorded run, oldest first (engine/runlog.py); reads only."""
+    found = runlog.runs(cache.root)
+    for path, data in found:
+        print(runlog.line(data) if data is not None else f"{path.name}: unreadable, left alone")
+    if not found:
+        print(f"evaldag: no runs recorded in {cache.root} (each `evaldag run` records itself there)", file=sys.stderr)
+    return 0
+
+
 def duration(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
     if not m:
@@ -88,7 +100,7 @@ def duration(text: str) -> float:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-LOOK = ("info", "ls", "explain", "verify")  # actions that only look: opened read-only, nothing changed
+LOOK = ("info", "ls", "runs", "explain", "verify")  # actions that only look: opened read-only, nothing changed
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -117,6 +129,8 @@ def _action(args: argparse.Namespace, cache: Cache) -> int:
         if set(counts) - {"ok"}:
             print("evaldag: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "ok")
                   + " entries listed as such, left alone", file=sys.stderr)
+    elif args.action == "runs":
+        return list_runs(cache)
     elif args.action == "explain":
         if not args.fingerprint:
             raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")

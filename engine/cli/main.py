@@ -4,7 +4,9 @@
     evaldag graph BENCH | --run OUT_DIR   draw the plan of a benchmark, or a finished run
     evaldag report OUT_DIR [...]          rebuild report.html, several runs side by side
     evaldag list                          benchmarks (with their --metrics names) and metrics
-    evaldag cache info|ls|explain|verify|clear|prune
+    evaldag cache info|ls|runs|explain|verify|clear|prune
+    evaldag export DIR [...] --csv|--jsonl|--parquet   the runs' metrics as one long table
+    evaldag compare A B [--out FILE]      per-metric difference between two runs
     evaldag demo                          (and any command registered under ``evaldag.commands``)
 
 Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.benchmark`);
@@ -24,7 +26,7 @@ import sys
 from importlib.metadata import entry_points
 
 from ..benchmark import BENCHMARKS
-from . import cache, graph, list as list_cmd, report, run
+from . import cache, compare, export, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
 COMMANDS_GROUP = "evaldag.commands"
@@ -52,6 +54,8 @@ def parser(benchmarks: list[str] | None = None, command: str | None = None, top_
     report.add_parser(sub)
     list_cmd.add_parser(sub)
     cache.add_parser(sub)
+    export.add_parser(sub)
+    compare.add_parser(sub)
     for ep in entry_points(group=COMMANDS_GROUP):
         if ep.name == command or top_help:
             mod = ep.load()
@@ -144,6 +148,10 @@ def _main(argv: list[str]) -> int:
         return list_cmd.cmd(args)
     if args.cmd == "cache":
         return cache.cmd(args)
+    if args.cmd == "export":
+        return export.cmd(args)
+    if args.cmd == "compare":
+        return compare.cmd(args)
     return next(ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name == args.cmd).load().main(args)
 
 

@@ -20,6 +20,7 @@ from ..graph import GraphError
 from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, staged, write
 from ..redact import redact_argv
 from ..resources import MissingResource
+from .. import runlog
 from ..run import run
 from .sweep import expand_models, folder_names
 
@@ -59,8 +60,11 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="nodes: recompute every node from the cached model answers; requests: also ask the model "
                         "again for every request, replacing the cached answers; all: also re-hash the model files")
     r.add_argument("--force", dest="refresh", action="store_const", const="nodes", help="the same as --refresh nodes")
-    r.add_argument("--progress", action="store_true", help="show a progress bar over model tokens")
-    r.add_argument("--quiet", action="store_true", help="print only errors (failures always print)")
+    r.add_argument("--progress", action="store_true", default=None,
+                   help="show progress bars (model tokens; aggregator stages longer than a second) also when "
+                        "stderr is not a terminal: plain lines every few seconds (default: bars only on a terminal)")
+    r.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bars, even on a terminal")
+    r.add_argument("--quiet", action="store_true", help="print only errors (failures always print); no progress bars")
     r.add_argument("--rehash", action="store_true", help="hash model files again, ignoring the cache's file-hash memo")
     r.add_argument("--deterministic", action="store_true",
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
@@ -106,6 +110,11 @@ def added_metrics(names: list[str]) -> list:
             raise ValueError(f"--add-metric {name}: no registered metric of that name (see `evaldag list`)")
         out.append(m(name=name))
     return out
+
+
+def show_progress(args: argparse.Namespace) -> bool | None:
+    """--quiet: no bars; --progress / --no-progress: forced; neither: None, a bar on a terminal only."""
+    return False if args.quiet else args.progress
 
 
 def check_folders(cache_dir: str | None, out: Path) -> None:
@@ -230,10 +239,10 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
         nodes += added_metrics(args.add_metric)
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
-        executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens,
+        executor = Executor(cache=cache.requests, progress=show_progress(args), batch_tokens=args.batch_tokens,
                             deterministic=args.deterministic)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
-            nodes, cache, executor = prepare(group, nodes, resources, cache, progress=args.progress,
+            nodes, cache, executor = prepare(group, nodes, resources, cache, progress=show_progress(args),
                                              batch_tokens=args.batch_tokens, deterministic=args.deterministic)
         executor.refresh = args.refresh in ("requests", "all")
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
@@ -258,6 +267,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
     except (CacheWriteError, NotOurs) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+    runlog.record(cache, result, out, [b.name for b in benches])  # `evaldag cache runs` finds it again
     if not args.quiet:
         print_run(result, out)
     else:  # failures always print, whatever the verbosity

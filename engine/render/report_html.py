@@ -9,6 +9,7 @@ columns side by side; each plot is drawn only when its data exists.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -143,17 +144,21 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
                 continue
         rows = []
         for name in head + rest:
-            cells = []
+            cells, vals = [], []
             for r in runs:
                 val = r.summaries.get(bench, {}).get(name) if name in head else None
                 if val is None:
                     val = headline(r.evals.get(bench, {}).get(name))
-                cells.append(num_cell(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None))
+                vals.append(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None)
+                cells.append(num_cell(vals[-1]))
+            cells += [_delta_cell(vals[0], v) for v in vals[1:]]  # side by side: each later run minus the first
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
         cols = "".join(f'<th class="ed-num" title="{escape(redact_text(str(r.shown or r.path)))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
+        cols += "".join(f'<th class="ed-num ed-delta" title="{escape(r.title)} minus {escape(runs[0].title)}">'
+                        f'Δ {escape(r.title)}</th>' for r in runs[1:])
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
                    + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'
                    f"<th>split</th>{cols}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
@@ -161,6 +166,14 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
         return '<p class="ed-muted">No metric values found.</p>'
     return '<p class="ed-muted">Headline numbers (the SUMMARY files) in bold, then every other metric\'s agg_value. ' \
            "Click a column to sort.</p>" + "".join(out)
+
+
+def _delta_cell(first: float | None, other: float | None) -> str:
+    """``other - first`` with its sign (``evaldag compare`` prints the same difference)."""
+    if first is None or other is None or not math.isfinite(first) or not math.isfinite(other):
+        return num_cell(None)
+    d = other - first
+    return num_cell(d, f"{d:+.4g}")
 
 
 def graphs_section(runs: list[RunFolder], splits: Sequence[Split] = GENERIC_SPLITS) -> str:

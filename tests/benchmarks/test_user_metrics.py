@@ -68,7 +68,8 @@ def test_ungrouped_user_metric_is_written_under_the_run_name(tmp_path):
     assert result.ok
     write_report(result, tmp_path / "a")
     files = sorted(p.name for p in (tmp_path / "a").iterdir() if p.name != ".evaldag")  # .evaldag: the sets behind the names
-    assert files == ["RUN_EVAL.json", "RUN_SUMMARY.json", "TOY_EVAL.json", "TOY_SUMMARY.json", "run.json"]
+    # write_report writes the report its name promises (issue 25 item 17)
+    assert files == ["RUN_EVAL.json", "RUN_SUMMARY.json", "TOY_EVAL.json", "TOY_SUMMARY.json", "report.html", "run.json"]
     expected = _by_hand(0)
     assert json.loads((tmp_path / "a" / "RUN_EVAL.json").read_text()) == {"my_logprob": {"agg_value": pytest.approx(expected, rel=1e-6)}}
     assert json.loads((tmp_path / "a" / "RUN_SUMMARY.json").read_text()) == {"my_logprob": pytest.approx(expected, rel=1e-6)}
@@ -85,7 +86,7 @@ def test_ungrouped_user_metric_is_written_under_the_run_name(tmp_path):
 def test_a_graph_without_groups_still_writes_one_pair(tmp_path):
     result = run([user_mean_logprob(name="my_logprob")], _resources(), cache_dir=tmp_path / "cache")
     write_report(result, tmp_path / "o", bench="mine")
-    assert sorted(p.name for p in (tmp_path / "o").iterdir() if p.name != ".evaldag") == ["MINE_EVAL.json", "MINE_SUMMARY.json", "run.json"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir() if p.name != ".evaldag") == ["MINE_EVAL.json", "MINE_SUMMARY.json", "report.html", "run.json"]
 
 
 def test_cache_explain_accepts_names_as_runs_print_them(tmp_path, capsys):

@@ -148,3 +148,41 @@ def test_public_api_is_what_the_metric_page_explains():
     section = re.search(r"## The API on this page\n(.*?)(?=\n## |\Z)", DOC.read_text(), re.S).group(1)
     assert set(re.findall(r"`([A-Za-z_]+)`", section)) == set(engine.__all__)
     assert all(hasattr(engine, name) for name in engine.__all__)
+
+
+def test_worked_example_runs_twice_in_a_row_on_one_cache(tmp_path, capsys, monkeypatch):
+    """A notebook cell runs again: the page's asserts hold on the second run (all cached) too."""
+    monkeypatch.chdir(ROOT)
+    text = DOC.read_text()
+    _, toy_model, example = _section_blocks(text, "A worked example")
+    (second,) = _section_blocks(text, "Asking a second model")
+    ns = {"CACHE": str(tmp_path), "__name__": "doc_example"}
+    for rerun in (False, True):
+        for block in (toy_model, example, second):
+            exec(compile(block, str(DOC), "exec"), ns)
+        assert ns["fresh"] is not rerun
+        assert ns["result"].count("cached") == (5 if rerun else 0) and ns["pair"].ok
+    first, again = capsys.readouterr().out.splitlines()
+    assert first == again  # the same numbers, from the cache
+
+
+def test_the_mia_example_matches_the_library_attack(tmp_path, monkeypatch):
+    """§ A membership-inference metric: the page's LOSS attack gives mia_loss's AUC on the same rows."""
+    from evaldag.engine import HFModel, Rows, run
+    from evaldag.metrics.unlearning.mia import mia_loss
+
+    monkeypatch.chdir(ROOT)
+    text = DOC.read_text()
+    (block,) = _section_blocks(text, "A membership-inference metric")
+    ns = {"__name__": "doc_mia"}
+    exec("from evaldag.engine import metric, Result\n" + block, ns)
+    fix = ROOT / "tests" / "fixtures"
+    forget = [json.loads(x) for x in (fix / "tofu_tiny" / "forget10.json").read_text().splitlines() if x.strip()][:4]
+    holdout = [json.loads(x) for x in (fix / "tofu_tiny" / "holdout10.json").read_text().splitlines() if x.strip()][:4]
+    resources = {"model": HFModel(str(fix / "tiny-llama" / "target")), "data": Rows(lambda: forget),
+                 "holdout": Rows(lambda: holdout)}
+    res = run([ns["my_mia"](name="mine"), mia_loss(name="library")], resources, cache=tmp_path)
+    assert res.ok
+    mine, lib = res["mine"], res["library"]
+    assert mine.agg_value == pytest.approx(lib.agg_value, abs=0) and 0.0 <= mine.agg_value <= 1.0
+    assert mine.extra["forget"] == lib.extra["forget"]

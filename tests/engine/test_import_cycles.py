@@ -91,7 +91,8 @@ def test_the_engine_names_no_benchmark_or_metric_module():
 # Libraries a module may import inside a function (heavy, or needed only by some runs);
 # each such module says so in a comment. Anything else is imported at the top.
 LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "tqdm", "joblib",
-           "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim"}
+           "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim",
+           "pandas", "pyarrow"}  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():

@@ -1,0 +1,169 @@
+"""A run's headline numbers as one long table: run, model, benchmark, metric, split, value.
+
+Researchers take results to pandas, a spreadsheet or a plotting script; the long form
+(one row per metric per run) is what ``pd.concat`` over runs and ``pivot_table`` expect.
+Rows come from a finished folder (``<GROUP>_SUMMARY.json`` + ``run.json``: the files a
+run publishes, so an export never needs the cache) or from a :class:`RunResult` in memory
+(``RunResult.to_pandas()``). CSV and JSON lines are written with the standard library;
+pandas is needed only for ``to_pandas()`` and parquet (the ``evaldag[pandas]`` extra).
+
+* ``benchmark``: the group of the SUMMARY file (``TOFU_SUMMARY.json`` -> ``TOFU``);
+* ``split``: the data split the metric's name points at (``forget_Q_A_Prob`` -> forget),
+  from the generic vocabulary plus the run's benchmarks' own (TOFU's real authors);
+  empty for a metric that mixes splits (model utility, an MIA);
+* ``model``: the evaluated model's path (or hub id) as run.json's provenance records it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .benchmark import BENCHMARKS
+# the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
+from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
+
+COLUMNS = ("run", "model", "benchmark", "metric", "split", "value")
+PANDAS_EXTRA = "pip install 'evaldag[pandas]'"
+
+
+class ExportError(ValueError):
+    """A folder that holds no run, a file that is not a run's: one line for the CLI."""
+
+
+def run_folders(paths: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """(run name, folder) for each run: a folder with run.json is one run; a sweep's OUT
+    (no run.json, one sub-folder per checkpoint) is each sub-folder that has one."""
+    out: list[tuple[str, Path]] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise ExportError(f"{p}: no such folder")
+        if (p / "run.json").is_file():
+            out.append((p.resolve().name or str(p), p))
+            continue
+        subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "run.json").is_file())
+        if not subs:
+            raise ExportError(f"{p}: not a run folder (no run.json in it or in its sub-folders)")
+        out += [(d.name, d) for d in subs]
+    names = [n for n, _ in out]
+    if len(set(names)) < len(names):  # two folders called `out` in different places: keep them apart
+        out = [(str(d), d) for _, d in out]
+    return out
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ExportError(f"{path}: cannot be read as JSON ({type(e).__name__}: {e})") from None
+
+
+def model_of(provenance: Any) -> str:
+    """The evaluated model's path (or hub id) from run.json's provenance; its fingerprint when no path is recorded."""
+    if not isinstance(provenance, dict):
+        return ""
+    res = provenance.get("resources")
+    model = res.get("model") if isinstance(res, dict) else None
+    if isinstance(model, dict) and isinstance(model.get("path"), str):
+        return model["path"]
+    fp = provenance.get("model_fingerprint")
+    return fp if isinstance(fp, str) else ""
+
+
+def splits_for(benchmarks: Iterable[str]) -> tuple[Split, ...]:
+    """The generic splits plus those of the named benchmarks that can be loaded (others: generic only);
+    the registry imports only the benchmarks named."""
+    own = []
+    for name in benchmarks:
+        if name not in BENCHMARKS:
+            continue
+        try:
+            own.append(BENCHMARKS.get(name).splits)
+        except Exception:  # noqa: BLE001 - an uninstalled plugin: its extra splits are not guessed
+            continue
+    return split_vocabulary(own) if own else GENERIC_SPLITS
+
+
+def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Split] = GENERIC_SPLITS) -> list[dict]:
+    """Long-form rows for one run: ``summaries`` maps a benchmark group to {metric: value}."""
+    out = []
+    for bench, summary in summaries.items():
+        for metric, value in summary.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+                continue  # a SUMMARY holds numbers; anything else is not a headline value
+            out.append({"run": run, "model": model, "benchmark": bench, "metric": metric,
+                        "split": guess_split(metric, splits) or "", "value": value})
+    return out
+
+
+def folder_rows(run: str, folder: Path) -> list[dict]:
+    meta = _read(folder / "run.json")
+    if not isinstance(meta, dict):
+        raise ExportError(f"{folder / 'run.json'}: not a run.json (an object is expected)")
+    benchmarks = [b for b in meta.get("benchmarks", []) if isinstance(b, str)] if isinstance(meta.get("benchmarks"), list) else []
+    summaries = {}
+    for f in sorted(folder.glob("*_SUMMARY.json")):
+        data = _read(f)
+        if not isinstance(data, dict):
+            raise ExportError(f"{f}: not a SUMMARY file (an object of metric -> value is expected)")
+        summaries[f.name[: -len("_SUMMARY.json")]] = data
+    return rows(run, model_of(meta.get("provenance")), summaries, splits_for(benchmarks))
+
+
+def collect(paths: Sequence[str | Path]) -> list[dict]:
+    """Every row of every run under ``paths`` (run folders or a sweep's OUT)."""
+    return [r for name, folder in run_folders(paths) for r in folder_rows(name, folder)]
+
+
+def result_rows(result: Any, run: str = "") -> list[dict]:
+    """Rows of a :class:`RunResult` in memory, named like the files its run would write; the
+    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too."""
+    groups = [g for g in result.graph.groups if g is not None]
+    summaries = {g.upper(): result.summary(g) for g in groups}
+    if None in result.graph.groups and result.summary(None):
+        summaries["RUN"] = result.summary(None)
+    return rows(run, model_of(result.provenance), summaries, splits_for(g.lower() for g in groups))
+
+
+def _cell(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def to_csv(table: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in table:
+        w.writerow({k: ("" if _cell(r[k]) is None else r[k]) for k in COLUMNS})
+    return buf.getvalue()
+
+
+def to_jsonl(table: list[dict]) -> str:
+    """One JSON object per line; a NaN is ``null`` (strict JSON readers refuse a bare NaN)."""
+    return "".join(json.dumps({k: _cell(r[k]) for k in COLUMNS}, allow_nan=False) + "\n" for r in table)
+
+
+def need_pandas(what: str) -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ExportError(f"{what} needs pandas: {PANDAS_EXTRA}") from None
+    return pandas
+
+
+def to_frame(table: list[dict]) -> Any:
+    pd = need_pandas("a DataFrame")
+    return pd.DataFrame(table, columns=list(COLUMNS))
+
+
+def write_parquet(table: list[dict], path: str | Path) -> None:
+    frame = need_pandas("--parquet").DataFrame(table, columns=list(COLUMNS))
+    try:
+        import pyarrow  # noqa: F401 - pandas' parquet engine
+    except ImportError:
+        raise ExportError(f"--parquet needs pyarrow: {PANDAS_EXTRA}") from None
+    frame.to_parquet(path, index=False)

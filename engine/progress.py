@@ -1,0 +1,138 @@
+"""Progress bars for the long stages of a run (model work in tokens, aggregator stages).
+
+Why its own module: the executor (tokens) and the runner (aggregator nodes) both show a
+bar, and both must agree on when one appears. ``progress`` is three-valued:
+
+* ``None`` (the CLI's default): a bar when stderr is a terminal, nothing when it is piped;
+* ``True`` (``--progress``): a bar also on a pipe, where tqdm's carriage-return redraws
+  would never reach a log line by line, so a pipe gets plain lines instead, at most one
+  every :data:`PIPE_INTERVAL` seconds and one at the end;
+* ``False`` (``--no-progress``, ``--quiet``): nothing.
+
+A stage that ends within ``delay`` seconds shows nothing (aggregators: one second), so a
+warm rerun prints no bar at all. tqdm is imported only when a bar is really drawn.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, TextIO
+
+PIPE_INTERVAL = 5.0  # seconds between the plain lines a forced bar prints on a pipe
+
+
+def wanted(progress: bool | None, stream: TextIO | None = None) -> bool:
+    """Whether a bar is drawn: forced on/off, or (None) only when ``stream`` is a terminal."""
+    if progress is not None:
+        return bool(progress)
+    stream = stream or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+def bar(total: float, desc: str, unit: str, progress: bool | None, delay: float = 0.0) -> Any:
+    """A bar over ``total`` ``unit``s: tqdm on a terminal, :class:`LineBar` on a pipe, or :class:`NoBar`.
+
+    With ``delay`` the bar appears only once the stage has lasted that long, even in the
+    middle of one long step (a timer shows it: tqdm's own ``delay`` waits for an update).
+    """
+    if not wanted(progress, sys.stderr):
+        return NoBar()
+    if delay > 0:
+        return Delayed(lambda n: _make(total, desc, unit, n), delay)
+    return _make(total, desc, unit, 0)
+
+
+def _make(total: float, desc: str, unit: str, initial: float) -> Any:
+    stream = sys.stderr
+    if not wanted(None, stream):
+        return LineBar(total, desc, unit, stream, initial=initial)
+    from tqdm.auto import tqdm
+
+    sized = _sized(stream)  # a terminal reporting no size (a bare pty) would get an empty bar from tqdm
+    return tqdm(total=total, initial=initial, unit=unit, unit_scale=unit == "tok", desc=desc, file=stream, leave=False,
+                ncols=None if sized else 80, nrows=None if sized else 20)
+
+
+def _sized(stream: TextIO) -> bool:
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+    return size.columns > 0 and size.lines > 0
+
+
+class Delayed:
+    """A bar made only after ``delay`` seconds (by a timer thread), counting from the start."""
+
+    def __init__(self, make: Callable[[float], Any], delay: float):
+        self.n = 0.0
+        self.inner: Any = None
+        self.lock = threading.Lock()
+        self.make = make
+        self.timer = threading.Timer(delay, self._show)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _show(self) -> None:
+        with self.lock:
+            if self.inner is None and self.make is not None:
+                self.inner = self.make(self.n)
+                self.inner.update(0)  # shown now, not at the next finished step (one node may take seconds)
+
+    def update(self, n: float = 1) -> None:
+        with self.lock:
+            self.n += n
+            if self.inner is not None:
+                self.inner.update(n)
+
+    def close(self) -> None:
+        self.timer.cancel()
+        with self.lock:
+            self.make = None  # a timer firing now shows nothing
+            if self.inner is not None:
+                self.inner.close()
+
+
+class NoBar:
+    def update(self, n: float = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class LineBar:
+    """A forced bar on a pipe: one plain line per :data:`PIPE_INTERVAL` seconds and one when done."""
+
+    def __init__(self, total: float, desc: str, unit: str, stream: TextIO, initial: float = 0.0,
+                 interval: float | None = None):
+        self.total, self.desc, self.unit, self.stream = total, desc, unit, stream
+        self.n = float(initial)
+        self.t0 = time.monotonic()
+        self.interval = PIPE_INTERVAL if interval is None else interval
+        self.last: float | None = None  # when the last line was printed
+        self.printed: float | None = None  # the count it showed
+
+    def _line(self) -> None:
+        pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        n = int(self.n) if float(self.n).is_integer() else self.n
+        total = int(self.total) if float(self.total).is_integer() else self.total
+        print(f"{self.desc}: {n}/{total} {self.unit}{pct}, {time.monotonic() - self.t0:.1f}s",
+              file=self.stream, flush=True)
+        self.last, self.printed = time.monotonic(), self.n
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        if self.last is None or time.monotonic() - self.last >= self.interval:
+            self._line()
+
+    def close(self) -> None:
+        """The final line, unless it was just printed."""
+        if self.printed != self.n:
+            self._line()

@@ -1,0 +1,62 @@
+"""Runs you can find again (issue 25 item 18): each `evaldag run` records itself in its cache and
+`evaldag cache runs` lists the records, reading only."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+
+
+def _evaldag(*args, check=True):
+    return subprocess.run([EVALDAG, *map(str, args)], capture_output=True, text=True, check=check)
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def test_cache_runs_lists_each_run_with_command_out_and_node_counts(tmp_path):
+    cache = tmp_path / "cache"
+    _evaldag("run", "toy", "--out", tmp_path / "cold", "--cache-dir", cache)
+    _evaldag("run", "toy", "--out", tmp_path / "warm", "--cache-dir", cache)
+    records = sorted((cache / "runs").iterdir())
+    assert len(records) == 2
+    first = json.loads(records[0].read_text())
+    n = len(json.loads((tmp_path / "cold" / "run.json").read_text())["nodes"])
+    assert first["nodes"] == {"computed": n, "cached": 0, "failed": 0, "skipped": 0}
+    assert first["benchmarks"] == ["toy"] and first["out"] == str((tmp_path / "cold").resolve())
+    assert first["command"][:3] == ["evaldag", "run", "toy"]
+    assert records[1].stat().st_size < 2000  # small: no values, no node list
+
+    before = _tree(cache)
+    listed = _evaldag("cache", "runs", "--cache-dir", cache)
+    assert _tree(cache) == before  # read-only
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 2
+    assert f"{n} computed, 0 cached" in lines[0] and f"out={(tmp_path / 'cold').resolve()}" in lines[0]
+    assert f"0 computed, {n} cached" in lines[1] and f"out={(tmp_path / 'warm').resolve()}" in lines[1]
+    assert lines[1].startswith(json.loads(records[1].read_text())["when"] + "  toy  ")
+    assert lines[1].endswith(f"$ evaldag run toy --out {tmp_path / 'warm'} --cache-dir {cache}")
+
+
+def test_cache_runs_on_an_empty_cache_and_on_a_folder_that_is_no_cache(tmp_path):
+    cache = tmp_path / "cache"
+    _evaldag("run", "toy", "--out", tmp_path / "o", "--cache-dir", cache)
+    for p in (cache / "runs").iterdir():
+        p.unlink()
+    done = _evaldag("cache", "runs", "--cache-dir", cache)
+    assert done.stdout == "" and "no runs recorded" in done.stderr
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
+    done = _evaldag("cache", "runs", "--cache-dir", tmp_path / "plain", check=False)
+    assert done.returncode == 2 and done.stderr.startswith("evaldag: error: ") and done.stderr.count("\n") == 1
+
+
+def test_cache_clear_removes_the_run_records(tmp_path):
+    cache = tmp_path / "cache"
+    _evaldag("run", "toy", "--out", tmp_path / "o", "--cache-dir", cache)
+    assert list((cache / "runs").iterdir())
+    done = _evaldag("cache", "clear", "--yes", "--cache-dir", cache)
+    assert not (cache / "runs").exists() and "did not write" not in done.stdout
