@@ -27,7 +27,7 @@ from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
-from .reasons import history_slots, recompute_reason
+from .reasons import history_slots, recompute_reason, remember
 from .requests import Request, nonfinite_output
 from .resources import ResourceSet
 from .results import NodeRecord, RunResult, flagged, nonfinite_flag
@@ -257,7 +257,7 @@ class _Runner:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
         self.store.put(v.fingerprint, value, meta)
-        self.history.remember(self.slots[v.key], v.components)
+        remember(self.history, self.slots[v.key], v.components)
         self.values[v.key] = value
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 

@@ -97,9 +97,10 @@ def added_node(m: MetricDef, split: str | None, resources: Mapping[str, Any]) ->
             missing.append(need)
     if missing:
         raise ValueError(f"--add-metric {m.name}: this run does not provide {'; '.join(missing)}")
-    return m(name=m.name, bind=bind)
+    return m(name=m.name + (f"@{split}" if split else ""), bind=bind)
 
 
 def added_metrics(args: list[str], resources: Mapping[str, Any]) -> list[Node]:
-    """Every ``--add-metric`` as a named node (ungrouped: its results land in RUN_EVAL.json)."""
+    """Every ``--add-metric`` as a named node (ungrouped: its results land in RUN_EVAL.json, under
+    its name, ``NAME@SPLIT`` when a split was named)."""
     return [added_node(m, split, resources) for arg in args for m, split in metrics_of(arg)]

@@ -111,7 +111,7 @@ def test_a_warm_rerun_does_not_read_the_embeddings_again(tmp_path, monkeypatch):
     assert len(reads) == 1  # checked up front, and those vectors are the ones the nodes read
     assert main(argv) == 0
     assert len(reads) == 1  # warm: the memo says this file (same stat) was checked
-    _vectors(vec, [["he", "1", "2", "3"]])  # now malformed: a change is checked again
+    _vectors(vec, [["he", "1", "2", "3"], ["she", "1"]])  # now malformed: a change is checked again
     assert main(argv) == 2 and len(reads) == 2
 
 
@@ -131,7 +131,9 @@ def test_add_metric_runs_a_registered_metric_on_the_benchmarks_forget_split(tmp_
     # the same metric on the same split as TOFU's own: the same number
     assert added["exact_memorization"]["agg_value"] == pytest.approx(own["agg_value"], rel=1e-9)
     assert 0.0 <= added["exact_memorization"]["agg_value"] <= 1.0
-    assert len(added["exact_memorization"]["value_by_index"]) == 40  # tofu_tiny's forget10 rows
+    assert len(added["exact_memorization"]["value_by_index"]) == 40  # tofu_tiny's forget10_perturbed rows
+    holdout = added["exact_memorization@holdout"]  # another split: its own name, its own rows
+    assert len(holdout["value_by_index"]) == 40 and holdout["agg_value"] != added["exact_memorization"]["agg_value"]
 
 
 def test_add_metric_refuses_up_front_what_the_run_does_not_provide(tmp_path, capsys):
@@ -164,7 +166,7 @@ def answer_chars(data):
 def test_add_metric_takes_a_local_file_without_packaging_it(tmp_path):
     file = tmp_path / "my_metrics.py"
     file.write_text(MY_METRICS)
-    rows = [json.loads(line) for line in (FIX / "tofu_tiny" / "forget10.json").read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in (FIX / "tofu_tiny" / "forget10_perturbed.json").read_text().splitlines() if line.strip()]
     assert _tofu(tmp_path, "--metrics", "forget_Q_A_Prob", "--add-metric", f"{file}:rows_seen") == 0
     summary = _strict_json(tmp_path / "out" / "RUN_SUMMARY.json")
     assert summary == {"rows_seen": float(len(rows))}
@@ -189,8 +191,12 @@ def test_one_rule_for_recompute_reasons_on_a_new_checkpoint_and_a_row_edit(tmp_p
                "model_utility"]
     first = ["run", "tofu", "--data", str(data), "--cache-dir", str(tmp_path / "cache"), "--max-new-tokens", "4",
              "--quiet", *metrics]
+    # first a smaller metric set: the answers' qa_stats then belongs to forget_Q_A_Prob alone;
+    # the full set reads it from the cache (its history slot was another metric's)
+    assert main([*first[:-1], "forget_Q_A_Prob,forget_truth_ratio", "--model", str(TARGET),
+                 "--out", str(tmp_path / "a0")]) in (0, 1)
     assert main([*first, "--model", str(TARGET), "--out", str(tmp_path / "a")]) in (0, 1)
-    assert {r for _, r, _ in _reasons(tmp_path / "a").values()} == {"new"}
+    assert {r for s, r, _ in _reasons(tmp_path / "a").values() if s == "computed"} == {"new"}
 
     # a new checkpoint: every node reading the model says model, every other recomputed node parent
     assert main([*first, "--model", str(RETAIN), "--out", str(tmp_path / "b")]) in (0, 1)
@@ -203,9 +209,9 @@ def test_one_rule_for_recompute_reasons_on_a_new_checkpoint_and_a_row_edit(tmp_p
     assert {r for _, r, _ in seen.values()} >= {"model", "parent"}
 
     # a row edit in the forget split: every node reading it says data, their descendants parent
-    rows = (data / "forget10.json").read_text().splitlines()
+    rows = (data / "forget10_perturbed.json").read_text().splitlines()
     rows[3] = json.dumps({**json.loads(rows[3]), "answer": "Someone else entirely worked as a tailor."})
-    (data / "forget10.json").write_text("\n".join(rows) + "\n")
+    (data / "forget10_perturbed.json").write_text("\n".join(rows) + "\n")
     assert main([*first, "--model", str(RETAIN), "--out", str(tmp_path / "c")]) in (0, 1)
     seen = _reasons(tmp_path / "c")
     reading = {n for n, (_, _, res) in seen.items() if any(r.startswith("tofu_forget") and "perturbed" not in r
