@@ -81,7 +81,8 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 MODEL_FLAGS = (
     _flag("--model", help="the model under evaluation: a local checkpoint folder (or a hub id when online)"),
-    _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"]),
+    _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
+          help="weights dtype: auto (the checkpoint's own), bf16, fp16, fp32"),
     _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
     _flag("--device-map", default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
           help="split a model larger than one device over the GPUs, CPU memory and disk (accelerate: "

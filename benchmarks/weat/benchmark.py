@@ -51,7 +51,8 @@ class WeatBenchmark(Benchmark):
         g.add_argument("--p-value-method", choices=["auto", "exact", "monte_carlo", "wefe", "none"], default="auto",
                        help="WEAT: exact permutation test when the splits are few, else seeded Monte Carlo (auto); 'wefe' = WEFE's sampler")
         g.add_argument("--p-value-iterations", type=positive_int, default=10000, help="WEAT: permutations for monte_carlo / wefe")
-        g.add_argument("--p-value-test-type", choices=["right-sided", "left-sided", "two-sided"], default="right-sided")
+        g.add_argument("--p-value-test-type", choices=["right-sided", "left-sided", "two-sided"], default="right-sided",
+                       help="WEAT: which tail the permutation p-value counts (WEFE's test_type)")
         g.add_argument("--random-state", type=int, default=0, help="WEAT: seed of the sampled p-values and of RNSB's splits")
         g.add_argument("--rnd-distance", choices=["norm", "cos"], default="norm", help="WEAT: RND's distance (cos is a similarity)")
         g.add_argument("--leading-space", action="store_true", help="WEAT with --model: tokenize ' word' (mid-sentence form)")

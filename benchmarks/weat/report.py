@@ -294,6 +294,8 @@ def _cell(f: dict | None, key: str) -> str:
     if f.get("status") in ("failed", "skipped"):
         return f'<td class="ed-num ed-warn" data-sort="" title="{escape(str(f.get("reason") or ""))}">{escape(f["status"])}</td>'
     v = _num(f.get(key))
+    if v is None and key in f and f[key] is None and f.get("reason"):
+        v = math.nan  # a NaN as evaldag writes it: null, with its reason (NaN is not JSON)
     if v is None:
         return '<td class="ed-num" data-sort=""></td>'
     if not math.isfinite(v):

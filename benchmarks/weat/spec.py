@@ -144,7 +144,7 @@ def _write(path: Path, obj: Any) -> None:
     # insertion order kept on purpose: WEFE orders distance_by_word by value, and
     # every per-word dict by the query's words
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(jsonable(obj), indent=2, ensure_ascii=False))
+    tmp.write_text(json.dumps(jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False))
     os.replace(tmp, path)
 
 

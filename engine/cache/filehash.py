@@ -67,6 +67,26 @@ class FileHashMemo:
             self._remember(real, {**key, "sha256": digest})
         return digest
 
+    def knows(self, path: str | os.PathLike, checked: str) -> bool:
+        """Whether this memo holds the file as it is now (same stat key) with the mark ``checked``:
+        a reader that validated the file once skips it while the bytes cannot have changed."""
+        real = os.path.realpath(path)
+        rec = self._read().get(real)
+        try:
+            key = _stat_key(os.stat(real))
+        except OSError:
+            return False
+        return (isinstance(rec, dict) and all(rec.get(k) == v for k, v in key.items())
+                and isinstance(rec.get("checked"), list) and checked in rec["checked"])
+
+    def mark(self, path: str | os.PathLike, checked: str) -> None:
+        """Record that the file, as hashed now, passed the check ``checked`` (see :meth:`knows`)."""
+        self.sha256(path)
+        real = os.path.realpath(path)
+        rec = self._read().get(real)
+        if isinstance(rec, dict) and checked not in rec.get("checked", []):
+            self._remember(real, {**rec, "checked": sorted({*rec.get("checked", []), checked})})
+
     @contextlib.contextmanager
     def active(self) -> Iterator["FileHashMemo"]:
         """Make this memo the one :func:`file_sha256` uses, for the ``with`` block."""
@@ -97,6 +117,11 @@ class FileHashMemo:
                 atomic_write(self.path, json.dumps(index, sort_keys=True).encode(), root=self.root)
         except Exception as e:  # noqa: BLE001 - a memo that cannot be written is not an error
             warnings.warn(f"file-hash memo {self.path} not updated: {e}", stacklevel=3)
+
+
+def active_memo() -> "FileHashMemo | None":
+    """The running cache's memo (inside :meth:`FileHashMemo.active`), else None."""
+    return _active.get()
 
 
 def file_sha256(path: str | os.PathLike, memo: "FileHashMemo | bool | None" = None) -> str:

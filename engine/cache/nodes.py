@@ -93,6 +93,7 @@ class NodeStore:
     def __init__(self, root: str | os.PathLike, *, read_only: bool = False, under: "NodeStore | None" = None):
         self.root = Path(root)
         self.read_only = read_only  # no writes, no lock files: a shared cache on a read-only mount
+        self.stored = 0  # entries this process wrote (an interrupted run says how many it kept)
         self.under = under  # a read-only store read where this one has no entry (--cache-read-from)
         self.corrupt: list[str] = []  # fingerprints found corrupt during this process
         self.left: dict[str, str] = {}  # fingerprint -> why its entry was left alone (newer format, unreadable)
@@ -174,6 +175,7 @@ class NodeStore:
             atomic_write(self.path(fp), pack(value, meta), root=self.root)
         except LinkRefused as e:
             refuse(e, f"writing node {fp[:16]}")
+        self.stored += 1  # what an interrupted run says it kept
 
     def discard(self, fp: str) -> None:
         """Remove one entry (a node computed from a model that changed under the run)."""

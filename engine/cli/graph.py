@@ -20,14 +20,15 @@ from ..render import FORMATS, render
 from ..render.report_html import load_run_folder
 from ..render.view import from_graph, from_run_dir
 from ..resources import ResourceSet
-from .run import config_error, configs
+from .run import BENCH_OPTIONS_HINT, config_error, configs
 
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
     g = sub.add_parser(
         "graph", help="draw a benchmark's plan (before a run) or a finished run", conflict_handler="resolve",
         description="Draw the metric graph of benchmarks before running them (plan view), or of a finished "
-                    "run with --run OUT_DIR (each node's status, time and value).")
+                    "run with --run OUT_DIR (each node's status, time and value).",
+        epilog=BENCH_OPTIONS_HINT.format(cmd="graph"))
     g.add_argument("benchmarks", nargs="*", default=[], help="benchmarks to draw (default: toy)")
     g.add_argument("--run", dest="run_dir", metavar="OUT_DIR", default=None, help="draw the finished run in OUT_DIR instead")
     g.add_argument("--format", choices=FORMATS, default="mermaid", help="output format (default: mermaid)")

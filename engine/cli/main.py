@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             old = None
             signal.signal(signal.SIGTERM, lambda signum, frame: _late(signum, code))
         return code
+    except KeyboardInterrupt:  # before a run started (a run says what it kept): no traceback
+        print("evaldag: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own exit flush must not fail again
         return 141  # what a shell reports for a process ended by SIGPIPE

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pydantic
 
-from ..benchmark import BENCHMARKS, Benchmark, positive_int, write_report_html
+from ..benchmark import BENCHMARKS, Benchmark, did_you_mean, positive_int, write_report_html
 from ..cache import Cache, CacheWriteError
-from ..declare import REGISTRY
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
 from ..graph import GraphError
@@ -22,6 +21,7 @@ from ..redact import redact_argv
 from ..resources import MissingResource
 from .. import runlog
 from ..run import run
+from .added import added_metrics
 from .sweep import expand_models, folder_names
 
 
@@ -35,8 +35,14 @@ def positive_float(text: str) -> float:
     return x
 
 
+#: ``run --help`` / ``graph --help`` without a benchmark: where the model and data options are
+BENCH_OPTIONS_HINT = ("Each benchmark adds its own options (--model, --data, --retain-model, --embeddings, "
+                      "--generator, ...): name it to see them, e.g. `evaldag {cmd} tofu --help`.")
+
+
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
-    r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve")
+    r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve",
+                       epilog=None if benches else BENCH_OPTIONS_HINT.format(cmd="run"))
     r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())})")
     r.add_argument("--out", default=None, help="output folder (default: ./evaldag-out)")
     r.add_argument("--cache-dir", default=None, help="cache folder (default: $EVALDAG_CACHE_DIR or the user cache dir); "
@@ -51,9 +57,10 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
-    r.add_argument("--add-metric", action="append", default=[], metavar="NAME",
-                   help="also run this registered metric (any name `evaldag list` shows, a third party's too) on "
-                        "the benchmarks' resources; its result lands in RUN_EVAL.json / RUN_SUMMARY.json; repeatable")
+    r.add_argument("--add-metric", action="append", default=[], metavar="NAME[@SPLIT]|FILE.py[:NAME]",
+                   help="also run this registered metric (any name `evaldag list` shows, a third party's too), or "
+                        "the @metric(s) of a local Python file, on the benchmarks' resources (its data: the forget "
+                        "split, or @SPLIT); results land in OUT/RUN_EVAL.json / RUN_SUMMARY.json; repeatable")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
     r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
     r.add_argument("--refresh", choices=["nodes", "requests", "all"], default=None,
@@ -92,24 +99,15 @@ def check_metric_words(args: argparse.Namespace, benches: list[Benchmark]) -> No
         return
     for word in (w.strip() for w in args.metrics.split(",")):
         if word and not any(b.metric_menu().knows(word) for b in benches):
-            raise ValueError(f"no benchmark of this run has a metric {word!r} (see `evaldag list`)")
+            known = {w for b in benches for w in b.metric_menu().words()}
+            raise ValueError(f"no benchmark of this run has a metric {word!r}; {did_you_mean(word, known)}"
+                             "(see `evaldag list`)")
 
 
 def configs(args: argparse.Namespace, benches: list[Benchmark]) -> list[pydantic.BaseModel]:
     """Each benchmark's config, parsed from the command line once."""
     check_metric_words(args, benches)
     return [b.config_from_args(args) for b in benches]
-
-
-def added_metrics(names: list[str]) -> list:
-    """``--add-metric NAME``: registered metrics with default params, ungrouped (the run's own outputs)."""
-    out = []
-    for name in names:
-        m = REGISTRY.get(name)
-        if m is None:
-            raise ValueError(f"--add-metric {name}: no registered metric of that name (see `evaldag list`)")
-        out.append(m(name=name))
-    return out
 
 
 def show_progress(args: argparse.Namespace) -> bool | None:
@@ -212,7 +210,7 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint
         args.model = path
         codes.append(_one(args, benches, group, out / name, report=False))
-        if codes[-1] == 2 or (group is not None and group.broken):
+        if codes[-1] in (2, 130) or (group is not None and group.broken):
             return codes[-1]
     if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
         try:
@@ -226,7 +224,27 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     return max(codes)
 
 
+def interrupted(cache: Cache | None, executor: Executor | None) -> str:
+    """Ctrl-C: one line saying what this run stored (node entries, model answers) and so
+    keeps; the cache is written entry by entry, atomically, so a rerun resumes from there."""
+    nodes = cache.nodes.stored if cache is not None else 0
+    answers = sum(len(keys) for keys in executor._written.values()) if executor is not None else 0
+    return f"evaldag: interrupted: {nodes} nodes and {answers} model results kept; rerun to resume"
+
+
 def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool) -> int:
+    held: dict = {}  # the cache and executor, once built
+    try:
+        return _one_run(args, benches, group, out, report, held)
+    except KeyboardInterrupt:  # no traceback: what was stored stays stored
+        if held.get("publishing"):  # the run is stored; cmd() says which outputs set OUT now shows
+            raise
+        print(interrupted(held.get("cache"), held.get("executor")), file=sys.stderr)
+        return 130
+
+
+def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool,
+             held: dict) -> int:
     nodes, resources = [], {}
     try:
         check_folders(args.cache_dir, out)
@@ -236,15 +254,19 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        nodes += added_metrics(args.add_metric)
+        nodes += added_metrics(args.add_metric, resources)
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
+        with cache.filehash.active():  # a resource that can check its input does so once, up front
+            for res in resources.values():
+                getattr(res, "validate", lambda: None)()
         executor = Executor(cache=cache.requests, progress=show_progress(args), batch_tokens=args.batch_tokens,
                             deterministic=args.deterministic)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
             nodes, cache, executor = prepare(group, nodes, resources, cache, progress=show_progress(args),
                                              batch_tokens=args.batch_tokens, deterministic=args.deterministic)
         executor.refresh = args.refresh in ("requests", "all")
+        held.update(cache=cache, executor=executor)
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
@@ -262,6 +284,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
     if report:  # the report is part of the set: drawn from the staged files, titled after OUT
         title = f"evaldag report: {', '.join(b.name for b in benches)}"  # this run's benchmarks, nothing else
         also.append(lambda res, folder: write_report_html([folder], folder / "report.html", shown=[out], title=title))
+    held["publishing"] = True
     try:
         write(result, out, bench=benches[0].group, benchmarks=[b.name for b in benches], refresh=args.refresh, also=also)
     except (CacheWriteError, NotOurs) as e:

@@ -1,8 +1,10 @@
 """The CLI's side of a distributed run: its options, ``--launcher torchrun``, joining the group.
 
 ``evaldag run ... --launcher torchrun --nproc-per-node N`` replaces this process with
-``python -m torch.distributed.run --nproc-per-node N -m evaldag.engine.cli.main run ...``
-(the same command without the launcher options), which is what a user would type.
+``python -m torch.distributed.run --nproc-per-node N -m evaldag.engine.cli run ...``
+(the same command without the launcher options), which is what a user would type. The
+package's ``__main__`` is the entry: ``-m evaldag.engine.cli.main`` made runpy warn once per
+rank that the module was already imported.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def torchrun_command(argv: list[str], args: argparse.Namespace) -> list[str]:
             raise SystemExit("evaldag: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
         cmd += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
                 "--rdzv-id", os.environ.get("EVALDAG_RDZV_ID", "evaldag")]
-    return [*cmd, "-m", "evaldag.engine.cli.main", *_without_launch_options(argv)]
+    return [*cmd, "-m", "evaldag.engine.cli", *_without_launch_options(argv)]
 
 
 def exec_torchrun(argv: list[str], args: argparse.Namespace) -> int:  # pragma: no cover - replaces the process

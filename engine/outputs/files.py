@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -35,7 +36,9 @@ Extra = Callable[[RunResult, Path], Any]  # writes more files of the set into th
 
 
 def jsonable(x: Any) -> Any:
-    """Plain JSON data: Results as their dict, arrays as lists, NaN kept as NaN."""
+    """Plain JSON data: Results as their dict, arrays as lists, NaN and infinities as ``null``
+    (``NaN`` is not JSON: ``JSON.parse`` and strict readers refuse the whole file; a Result's
+    ``reason`` beside its ``agg_value`` says why it is missing)."""
     if isinstance(x, Result):
         return jsonable(x.to_dict())
     if isinstance(x, dict):
@@ -43,14 +46,27 @@ def jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        return jsonable(x.tolist())
     if isinstance(x, np.generic):
-        return x.item()
+        return jsonable(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
     return x
 
 
+def summary_with_reasons(summary: dict[str, Any], evals: dict[str, Any]) -> dict[str, Any]:
+    """A SUMMARY's missing value (NaN: no number) as ``{"value": null, "reason": ...}`` when its
+    Result says why, else ``null``; every number stays a number, open-unlearning's shape."""
+    out = {}
+    for name, value in summary.items():
+        why = getattr(evals.get(name), "reason", None)
+        missing = isinstance(value, float) and not math.isfinite(value)
+        out[name] = {"value": None, "reason": why} if missing and why else value
+    return out
+
+
 def _dump(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True))
+    path.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True, allow_nan=False))
 
 
 def node_names(result: RunResult) -> dict[str, str]:
@@ -120,7 +136,7 @@ def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Se
         name = g.upper() if g else run_name
         evals = {n: v for n, v in result.results(g).items() if isinstance(v, Result)}
         _dump(out / f"{name}_EVAL.json", evals)
-        _dump(out / f"{name}_SUMMARY.json", result.summary(g))
+        _dump(out / f"{name}_SUMMARY.json", summary_with_reasons(result.summary(g), evals))
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
     _dump(out / "run.json", run_json(result, benchmarks, refresh))
     written.append(out / "run.json")

@@ -182,6 +182,8 @@ def headline(value: Any) -> float | None:
     agg = getattr(value, "agg_value", value)
     if isinstance(value, dict):
         agg = value.get("agg_value")
+        if agg is None and "agg_value" in value and value.get("reason"):
+            return math.nan  # a NaN as an EVAL file holds it: null, with its reason (NaN is not JSON)
     if isinstance(agg, bool) or not isinstance(agg, (int, float)):
         return None
     return float(agg)

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ...engine.cache.filehash import file_sha256
+from ...engine.cache.filehash import active_memo, file_sha256
 from .vectors import EmbeddingFormatError, WordVectors
 
 __all__ = [
@@ -329,6 +329,22 @@ class WordVectorsResource:
             else:
                 self._vectors = as_word_vectors(self.source)
         return self._vectors
+
+    def validate(self) -> None:
+        """Read and check the vectors once, before any node runs: a malformed file is one
+        :class:`EmbeddingFormatError` naming the line, not one failure per node. A cold run
+        parses the file anyway (the vectors are kept for the nodes); a file the running
+        cache's memo already marked as checked, unchanged since (same stat), is not read
+        again, so a warm rerun still pays a ``stat``."""
+        if self.path is None:
+            self.value()
+            return
+        memo = active_memo()
+        if memo is not None and memo.knows(self.path, "embeddings"):
+            return
+        self.value()
+        if memo is not None:
+            memo.mark(self.path, "embeddings")
 
     def fingerprint(self) -> str:
         if self._fp is None:

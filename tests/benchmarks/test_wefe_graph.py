@@ -292,7 +292,7 @@ def test_cli_queries_file_metrics_and_nan(tmp_path):
     assert list(evals["names_career"]) == ["RND", "ECT", "RIPA"]
     by_word = evals["names_career"]["RND"]["distance_by_word"]
     assert list(by_word.values()) == sorted(by_word.values())  # WEFE's ascending order
-    assert evals["oov"]["RND"]["result"] != evals["oov"]["RND"]["result"]  # NaN
+    assert evals["oov"]["RND"]["result"] is None and evals["oov"]["RND"]["reason"]  # NaN: null, with why
     assert "Insects+OOV" in evals["oov"]["RND"]["reason"]
 
 

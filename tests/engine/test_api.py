@@ -87,8 +87,11 @@ def test_nan_results_keep_their_reason_through_the_report(tmp_path):
     res = run([nan_metric(name="n", group="X")], {}, cache_dir=tmp_path)
     write_report(res, tmp_path / "out")
     data = json.loads((tmp_path / "out" / "X_EVAL.json").read_text())
-    assert math.isnan(data["n"]["agg_value"]) and data["n"]["reason"] == "every item had 0 scored tokens"
-    assert math.isnan(json.loads((tmp_path / "out" / "X_SUMMARY.json").read_text())["n"])
+    # NaN is not JSON: null, the reason beside it (EVAL: the Result's; SUMMARY: value + reason)
+    assert data["n"]["agg_value"] is None and data["n"]["reason"] == "every item had 0 scored tokens"
+    assert data["n"]["value_by_index"] == {"0": {"score": None}}
+    assert json.loads((tmp_path / "out" / "X_SUMMARY.json").read_text())["n"] == \
+        {"value": None, "reason": "every item had 0 scored tokens"}
     again = run([nan_metric(name="n", group="X")], {}, cache_dir=tmp_path)
     assert again.record("n").status == "cached" and again["n"].reason == "every item had 0 scored tokens"
 
