@@ -305,10 +305,39 @@ class CausalTraceResult:
         return cls(float(arrays["probs"][0]), float(arrays["probs"][1]), int(meta["answer"]), int(meta["n_layers"]))
 
 
-RESULT_TYPES = {
-    "token_stats": TokenStatsResult,
-    "generate": GenerateResult,
-    "hidden_states": HiddenStatesResult,
-    "grad_norm": GradNormResult,
-    "causal_trace": CausalTraceResult,
-}
+# ----------------------------------------------------------------------------- the kind registry
+
+# kind -> request class / result class. Filled by register_kind: the engine's own kinds
+# below, a plugin's when its module is imported (the cache codec finds result types here).
+REQUEST_TYPES: dict[str, type[Request]] = {}
+RESULT_TYPES: dict[str, type] = {}
+
+
+def register_kind(request_cls: type[Request], result_cls: type) -> None:
+    """Declare a request kind and its result type (``to_arrays``/``from_arrays``, optional ``meta``).
+
+    A plugin calls this when its module is imported, then registers a handler with the
+    backends that serve the kind (``HFAdapter.handlers.add``); no engine module changes.
+    """
+    kind = request_cls.kind
+    old = REQUEST_TYPES.get(kind)
+    if old is not None and (old.__module__, old.__qualname__) != (request_cls.__module__, request_cls.__qualname__):
+        raise ValueError(f"request kind {kind!r} is already registered by {old.__module__}.{old.__qualname__}")
+    REQUEST_TYPES[kind], RESULT_TYPES[kind] = request_cls, result_cls
+
+
+def kind_of(kind: str) -> type[Request]:
+    """The request class of ``kind``; an unknown kind is an error naming the known ones."""
+    if kind not in REQUEST_TYPES:
+        raise KeyError(f"unknown request kind {kind!r}; registered: {', '.join(sorted(REQUEST_TYPES))}")
+    return REQUEST_TYPES[kind]
+
+
+def result_type(kind: str) -> type:
+    kind_of(kind)
+    return RESULT_TYPES[kind]
+
+
+for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (HiddenStates, HiddenStatesResult),
+                   (GradNorm, GradNormResult), (CausalTrace, CausalTraceResult)):
+    register_kind(_req, _res)

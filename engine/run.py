@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
+from .planner import Plan, plan
 from .requests import Request
 from .resources import ResourceSet
 from .results import NodeRecord, RunResult
@@ -66,10 +67,11 @@ def run(
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
-    cache = Cache.open(cache if cache is not None else cache_dir)
-    cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
+    served = plan(graph, rs)  # PlanError before anything is written, loaded or sent
+    cache = Cache.open(cache if cache is not None else cache_dir)
+    cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     cache.sweep()
     with cache.filehash.active():  # model files are hashed through this cache's memo
         graph.fingerprint(rs, execution="deterministic" if deterministic else None)
@@ -78,12 +80,15 @@ def run(
         executor = executor or Executor(cache=cache.requests, progress=progress, batch_tokens=batch_tokens,
                                         deterministic=deterministic)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
-        runner.lock_timeout = lock_timeout
+        runner.lock_timeout, runner.plan = lock_timeout, served
         try:
             runner.go()
         finally:
             if cache.left_alone():  # newer-format or unreadable entries: said once, never overwritten
                 warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=2)
+        for key, backends in served.labels.items():  # run.json: which backend served each scorer
+            if key in runner.records:
+                runner.records[key].backend = backends
         execution = {"deterministic": deterministic or bool(getattr(executor, "deterministic", False)),
                      "batch_tokens": getattr(executor, "batch_tokens", batch_tokens)}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
@@ -107,6 +112,7 @@ class _Runner:
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = _slots(graph)
+        self.plan = Plan()  # which backend serves each scorer vertex (planner.py)
 
     # ------------------------------------------------------------------ main loop
     def go(self) -> None:
@@ -265,7 +271,8 @@ class _Runner:
             by_model: dict[str, list[tuple[str, int, Any, Request]]] = defaultdict(list)
             for key, (v, gen, reqs, _) in active.items():
                 for i, (res_name, req) in enumerate(reqs):
-                    model = self.rs.get(v.bind.get(res_name, res_name), v.label).value()
+                    run_name = v.bind.get(res_name, res_name)
+                    model = self.plan.resource(v, run_name, self.rs.get(run_name, v.label).value())
                     by_model[model.fingerprint()].append((key, i, model, req))
             answers: dict[str, list] = {key: [None] * len(active[key][2]) for key in active}
             failed: dict[str, BaseException] = {}

@@ -68,6 +68,12 @@ class CountingModel:
 
     kind = "model"
 
+    def capabilities(self) -> Any:
+        return self.inner.capabilities()
+
+    def identity(self) -> Any:
+        return self.inner.identity()
+
     def __init__(self, inner: Any):
         self.inner = inner
         self.load_calls = 0

