@@ -101,12 +101,12 @@ class Identity:
     details: tuple[tuple[str, str], ...] = ()
     in_fingerprint: bool = False
 
-    def key_suffix(self) -> str:
-        """What the request store's model key adds after ``fingerprint``."""
+    def digest(self) -> str:
+        """What the executor's model key adds after the fingerprint ("" when it is in the fingerprint)."""
         if self.in_fingerprint:
-            return f"@{self.device}"
+            return ""
         blob = json.dumps([self.backend, sorted(self.details)], separators=(",", ":"))
-        return f"@{self.device}~{self.backend}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+        return f"~{self.backend}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
     def describe(self) -> dict:
         return {"backend": self.backend, "device": self.device, **dict(self.details)}

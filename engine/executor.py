@@ -124,7 +124,7 @@ class Executor:
         reqs: dict[str, Request] = {}
         groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         for i, (model, req) in enumerate(work):
-            fp = fps.get(id(model)) or fps.setdefault(id(model), model.fingerprint())
+            fp = fps.get(id(model)) or fps.setdefault(id(model), self.model_key(model))
             if fp not in models:
                 models[fp] = model
                 self._store_keys.setdefault(fp, self.store_key(model, fp))  # before any load
@@ -149,17 +149,23 @@ class Executor:
             st.seconds += time.perf_counter() - t0
         return out
 
+    @staticmethod
+    def model_key(model: ModelResource) -> str:
+        """Which model a request goes to: the fingerprint, plus the backend's identity digest
+        unless the fingerprint holds it (two backends of the same weights stay apart)."""
+        return model.fingerprint() + model.identity().digest()
+
     def store_key(self, model: ModelResource, fp: str) -> str:
         """The request store's model key: fingerprint + backend identity (+det), known without loading.
 
-        ``fingerprint@device`` for a backend whose fingerprint covers its identity (hf: the
-        key caches had before backends had identities); otherwise the identity's digest
-        follows (backend.Identity.key_suffix). Reads and writes of one model use the key
+        ``fp`` is :meth:`model_key`: the bare fingerprint for a backend whose fingerprint
+        covers its identity (hf, so the key is ``fingerprint@device``, the one caches had
+        before backends had identities), else the fingerprint and the identity's digest. Reads and writes of one model use the key
         computed before its weights are loaded.
         """
         if fp in self._store_keys:
             return self._store_keys[fp]
-        return fp + model.identity().key_suffix() + ("+det" if self.deterministic else "")
+        return f"{fp}@{model.identity().device}" + ("+det" if self.deterministic else "")
 
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
     def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:

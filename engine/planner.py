@@ -102,13 +102,16 @@ def plan(graph: Graph, resources: Any) -> Plan:
                 out.labels.setdefault(key, {})[run_name] = chosen.label()
                 continue
             last = candidates[-1]
+            wants: dict[str, list[str]] = {}  # what is missing -> the metrics that need it
             for kind, by_metric in sorted(kinds.items()):
-                short = {m: last.capabilities().missing(kind, f) for m, f in sorted(by_metric.items())}
-                for what in dict.fromkeys(x for x in short.values() if x):
-                    names = [m for m, x in short.items() if x == what]
-                    verb = "needs" if len(names) == 1 else "need"
-                    problems.append(f"{', '.join(names)} {verb} {what}; {last.label()} gives "
-                                    f"{last.capabilities().gives()}: {_way_out(run_name, isinstance(model, Routed))}")
+                for m, f in sorted(by_metric.items()):
+                    what = last.capabilities().missing(kind, f)
+                    if what:
+                        wants.setdefault(what, []).append(m)
+            clauses = [f"{', '.join(ms)} {'needs' if len(ms) == 1 else 'need'} {what}" for what, ms in wants.items()]
+            them = "it" if sum(map(len, wants.values())) == 1 else "them"
+            problems.append(f"{', '.join(clauses)}; {last.label()} gives {last.capabilities().gives()}: "
+                            + _way_out(run_name, isinstance(model, Routed)).replace("drop it", f"drop {them}"))
     if problems:
         raise PlanError("; ".join(dict.fromkeys(problems)))
     return out

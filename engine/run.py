@@ -203,6 +203,8 @@ class _Runner:
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
         reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds}
+        if v.key in self.plan.labels:  # `cache explain` names the backend that served it
+            meta["backend"] = self.plan.labels[v.key]
         self.store.put(v.fingerprint, value, meta)
         self.history.remember(self.slots[v.key], v.components)
         self.values[v.key] = value

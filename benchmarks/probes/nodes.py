@@ -128,7 +128,8 @@ def probe_items(params: ProbeSpec) -> dict:
     return {"probe": probe.name, "items": [it.to_json_dict() for it in items]}
 
 
-@metric("probes.attempts", version="1", params=AttemptParams, parents={"items": "probes.items"}, needs=("model",))
+@metric("probes.attempts", version="1", params=AttemptParams, parents={"items": "probes.items"}, needs=("model",),
+        requests={"model": {"generate": ()}})
 def probe_attempts(items: dict, model: Any, params: AttemptParams):
     """Every attempt's answer, generated through the executor (one request per attempt).
 

@@ -152,6 +152,9 @@ class ToyModel(ModelResource):
     def describe(self) -> dict:
         return {"type": "toy-bigram", "seed": self.seed}
 
+    def label(self) -> str:
+        return f"toy:{self.seed}"
+
 
 def from_spec(target: str = "0") -> ToyModel:
     """``toy:SEED`` (the ``evaldag.backends`` factory)."""

@@ -14,9 +14,10 @@ from ..cache import Cache, CacheWriteError
 from ..declare import REGISTRY
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
-from ..graph import GraphError
+from ..graph import Graph, GraphError
+from ..planner import plan
 from ..outputs import print_failures, print_run, write
-from ..resources import MissingResource
+from ..resources import MissingResource, ResourceSet
 from ..run import run
 from .sweep import expand_models, folder_names
 
@@ -173,6 +174,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
             nodes += n
             resources.update(res)
         nodes += added_metrics(args.add_metric)
+        plan(Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
         executor = Executor(cache=cache.requests, progress=args.progress, batch_tokens=args.batch_tokens,

@@ -40,7 +40,7 @@ class TraceParams(Params):
     occurrence: Literal["first", "last"] = "first"  # which mention of the subject is corrupted (ROME: first)
 
 
-@metric("embedding_std", version="1", needs=("base_model", "edits"))
+@metric("embedding_std", version="1", needs=("base_model", "edits"), requests={"base_model": {"hidden_states": ()}})
 def embedding_std(base_model: Any, edits: list[dict]):
     """Std of the input embeddings of every subject's tokens (ROME's ``collect_embedding_std``)."""
     enc = base_model.encoder()
@@ -62,7 +62,8 @@ def _chosen(edits: list[dict], which: tuple[int, ...] | None) -> list[int]:
     return idx
 
 
-@metric("causal_trace", version="1", params=TraceParams, needs=("base_model", "edits"), parents=_parents)
+@metric("causal_trace", version="1", params=TraceParams, needs=("base_model", "edits"), parents=_parents,
+        requests={"base_model": {"causal_trace": ()}})
 def causal_trace(base_model: Any, edits: list[dict], params: TraceParams, emb_std: float | None = None):
     """ROME's causal trace: P(answer) with the subject corrupted and one state restored, per (position, layer)."""
     enc = base_model.encoder()
