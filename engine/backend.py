@@ -252,6 +252,10 @@ class Handlers:
         if group_budget is not None:
             self._budgets[kind] = group_budget
 
+    def remove(self, kind: str) -> None:
+        self._fns.pop(kind, None)
+        self._budgets.pop(kind, None)
+
     def kinds(self) -> frozenset[str]:
         return frozenset(self._fns)
 
