@@ -148,3 +148,15 @@ def test_public_api_is_what_the_metric_page_explains():
     section = re.search(r"## The API on this page\n(.*?)(?=\n## |\Z)", DOC.read_text(), re.S).group(1)
     assert set(re.findall(r"`([A-Za-z_]+)`", section)) == set(engine.__all__)
     assert all(hasattr(engine, name) for name in engine.__all__)
+
+
+def test_writing_a_backend_minimal_backend_runs(tmp_path, capsys):
+    """docs/writing-a-backend.md's minimal backend, run as written: its one number, by hand."""
+    text = (ROOT / "docs" / "writing-a-backend.md").read_text()
+    blocks = _section_blocks(text, "A minimal backend")
+    ns = {"CACHE": str(tmp_path), "__name__": "doc_backend"}
+    for block in blocks:
+        exec(compile(block, "writing-a-backend.md", "exec"), ns)
+    # "Answer: " + "bbc" + eos: after " " comes "b" (-1), after "b" "b" (0), "c" (-1), then eos (-1)
+    assert float(capsys.readouterr().out) == pytest.approx(np.exp(-3 / 4), rel=1e-6)
+    assert ns["result"]["p"].agg_value == pytest.approx(np.exp(-3 / 4), rel=1e-6)
