@@ -33,7 +33,6 @@ from ..requests import (Generate, GenerateResult, GradNorm, GradNormResult, Hidd
 from . import hf_grad
 from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
-from .hf_patching import run_causal_traces
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
@@ -364,7 +363,6 @@ HFAdapter.handlers.add("token_stats", lambda a, reqs: a._token_stats(reqs))
 HFAdapter.handlers.add("generate", lambda a, reqs: a._generate(reqs))
 HFAdapter.handlers.add("hidden_states", lambda a, reqs: a._hidden_states(reqs))
 HFAdapter.handlers.add("grad_norm", lambda a, reqs: a._grad_norm(reqs))
-HFAdapter.handlers.add("causal_trace", run_causal_traces)
 
 
 def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:

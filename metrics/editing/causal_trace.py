@@ -8,7 +8,7 @@ output (``restore="hidden"``), or the MLP / attention outputs of a ``window`` of
 around it. Each cell records P(answer) at the last position, the answer being the clean
 run's argmax token (ROME, lm-debugger) or the edit's ``target_true`` first token.
 
-Every cell is one :class:`~evaldag.engine.requests.CausalTrace` request: the executor
+Every cell is one :class:`~.trace_backend.CausalTrace` request: the executor
 batches the cells (two forward passes per batch) and caches each one.
 
 Per edit the value holds the [positions x layers] grid, the corrupted ("low") and clean
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ...engine import HiddenStates, Params, Result, metric
-from ...engine.requests import CausalTrace
+from .trace_backend import CausalTrace
 from .prompts import check_edit, encode, subject_range, target_ids
 
 
