@@ -242,3 +242,16 @@ def test_routed_capabilities_are_the_union_and_the_primary_is_preferred():
     assert r.capabilities() == Capabilities({"token_stats", "generate"}, {"logprob", "argmax", "mu", "var"})
     assert r.serving("token_stats", {"logprob"}) is r.primary
     assert r.serving("token_stats", {"logprob", "mu"}) is r.fallback and r.fingerprint() == ToyModel().fingerprint()
+
+
+def test_the_plan_view_shows_the_backends_or_the_refusal(limited, tmp_path):
+    base = [EVALDAG, "graph", "limbench", "--lim-model", "limited:3", "--cache-dir", str(tmp_path / "cache"),
+            "--format", "mermaid"]
+    refused = subprocess.run(base, capture_output=True, text=True, env=limited)
+    assert refused.returncode == 2 and refused.stderr.splitlines()[0].startswith(
+        "evaldag: error: limbench_minkpp needs full-vocabulary log-prob statistics; limited:3 gives")
+    assert not (tmp_path / "cache").exists()
+    shown = subprocess.run(base + ["--lim-fallback", "toy:3"], capture_output=True, text=True, env=limited)
+    assert shown.returncode == 0, shown.stderr
+    assert sorted(line.split("[")[0] + " <- " + line.split(" <- ")[1] for line in shown.stderr.splitlines()) == [
+        "evaldag: limbench_full_stats <- model: toy:3", "evaldag: limbench_lp_stats <- model: limited:3"]
