@@ -37,7 +37,8 @@ TOKEN_FIELDS = ("logprob", "argmax", "mu", "var")
 # How a missing field is named in a refusal.
 _FIELD_WORDS = {"logprob": "the chosen token's log-prob", "argmax": "the greedy token (argmax)",
                 "mu": "full-vocabulary log-prob statistics", "var": "full-vocabulary log-prob statistics"}
-_KIND_WORDS = {"token_stats": "token statistics", "generate": "generation", "hidden_states": "hidden states",
+_KIND_WORDS = {"token_stats": "token statistics", "generate": "generation", "generate_text": "generation from text",
+               "generate|generate_text": "generation", "hidden_states": "hidden states",
                "grad_norm": "gradients", "causal_trace": "patched forward passes"}
 
 
@@ -62,7 +63,13 @@ class Capabilities:
             raise ValueError(f"Capabilities: unknown token-statistic fields {sorted(bad)}; known: {TOKEN_FIELDS}")
 
     def missing(self, kind: str, fields: Iterable[str] = ()) -> str | None:
-        """What of (``kind``, ``fields``) this backend cannot serve, in words; None if it can."""
+        """What of (``kind``, ``fields``) this backend cannot serve, in words; None if it can.
+
+        ``kind`` may name alternatives, ``"generate|generate_text"``: a scorer that builds
+        id requests for a tokenizer backend and text requests for a text backend.
+        """
+        if "|" in kind:
+            return None if set(kind.split("|")) & self.kinds else _KIND_WORDS.get(kind, kind)
         if kind not in self.kinds:
             return _KIND_WORDS.get(kind, f"{kind!r} requests")
         if kind == "token_stats":

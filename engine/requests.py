@@ -112,6 +112,22 @@ class Generate(Request):
 
 
 @dataclass(frozen=True)
+class GenerateText(Request):
+    """Generate from a prompt *text*, for backends that work on text (a chat endpoint,
+    recorded answers, a Python callable): no tokenizer is faked to carry it as ids.
+    The result is a :class:`GenerateResult` whose ``token_ids`` are empty."""
+
+    prompt: str
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    sample_index: int = 0
+    kind: ClassVar[str] = "generate_text"
+    padding_side: ClassVar[str] = "left"
+
+    def length(self) -> int:
+        return len(self.prompt.encode("utf-8")) // 4 + 1  # a rough token count, for budgets only
+
+
+@dataclass(frozen=True)
 class HiddenStates(Request):
     """Hidden states of ``ids`` at ``layers`` (0 = embeddings output)."""
 
@@ -267,6 +283,7 @@ def result_type(kind: str) -> type:
     return RESULT_TYPES[kind]
 
 
-for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (HiddenStates, HiddenStatesResult),
+for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (GenerateText, GenerateResult),
+                   (HiddenStates, HiddenStatesResult),
                    (GradNorm, GradNormResult)):
     register_kind(_req, _res)

@@ -213,3 +213,18 @@ def test_capabilities_say_what_is_missing_in_words():
     assert server.missing("grad_norm") == "gradients" and server.missing("hidden_states") == "hidden states"
     with pytest.raises(ValueError, match="unknown token-statistic fields"):
         Capabilities({"token_stats"}, {"entropy"})
+
+
+def test_text_backends_take_text_not_fake_ids():
+    from evaldag.benchmarks.probes.generators import CallableModel
+    from evaldag.engine.requests import GenerateText
+
+    m = CallableModel(lambda texts: [t.upper() for t in texts], name="upper")
+    assert m.capabilities() == Capabilities({"generate_text"})
+    with pytest.raises(NotImplementedError, match="a text backend has no tokenizer"):
+        m.encoder()
+    got = Executor().serve([(m, GenerateText("héllo ✓", GenerationSettings(max_new_tokens=3)))])
+    assert got[0].text == "HÉLLO ✓" and got[0].token_ids.size == 0
+    # a scorer that builds ids for a tokenizer backend and text for a text backend declares both
+    assert m.capabilities().missing("generate|generate_text") is None
+    assert m.capabilities().missing("generate") == "generation"
