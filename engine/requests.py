@@ -140,26 +140,6 @@ class HiddenStates(Request):
         return len(self.ids)
 
 
-@dataclass(frozen=True)
-class GradNorm(Request):
-    """Gradient norms of the mean NLL of the continuation (one backward pass per sample).
-
-    ``exclude_last`` drops the last continuation token from the loss (open-unlearning's
-    GradNorm attack excludes the trailing eos). The result is the mean over parameters
-    of each parameter's ``||grad||_p`` (open-unlearning's definition, not a global norm).
-    """
-
-    context_ids: tuple[int, ...]
-    continuation_ids: tuple[int, ...]
-    p: float = 2.0
-    exclude_last: bool = True
-    kind: ClassVar[str] = "grad_norm"
-    padding_side: ClassVar[str] = "right"
-
-    def length(self) -> int:
-        return len(self.context_ids) + len(self.continuation_ids)
-
-
 # ----------------------------------------------------------------------------- results
 
 
@@ -238,18 +218,6 @@ class HiddenStatesResult:
         return cls(arrays["states"])
 
 
-@dataclass
-class GradNormResult:
-    value: float
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"value": np.asarray([self.value], dtype=np.float64)}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "GradNormResult":
-        return cls(float(arrays["value"][0]))
-
-
 # ----------------------------------------------------------------------------- the kind registry
 
 # kind -> request class / result class. Filled by register_kind: the engine's own kinds
@@ -284,6 +252,5 @@ def result_type(kind: str) -> type:
 
 
 for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (GenerateText, GenerateResult),
-                   (HiddenStates, HiddenStatesResult),
-                   (GradNorm, GradNormResult)):
+                   (HiddenStates, HiddenStatesResult)):
     register_kind(_req, _res)

@@ -6,8 +6,6 @@
   per-sequence max_new_tokens, stop strings honoured during generation, and seeded
   sampling that does not depend on batch neighbours.
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
-* GradNorm: open-unlearning's per-sample gradient-norm attack (hf_grad: ghost norms of
-  many rows in one backward, a vmapped backward, or one backward per row).
 
 Attention mask (``attention_mask``): ``"reference"`` (the default) is open-unlearning's
 ``input_ids != pad_token_id``, so with pad == eos every real eos inside a sequence (and the
@@ -28,9 +26,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..requests import (Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
-                        TokenStats, TokenStatsResult)
-from . import hf_grad
+from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
 from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 
@@ -45,9 +41,6 @@ GENERATE_GROUP = 8
 # (4,096 tokens, ~16 prompts of 250) says nothing about it; on the 4 x 256 Llama 64
 # rows decoded ~1.8x faster per token than 16, and the KV cache stays small.
 CPU_DECODE_ROWS = 64
-# GradNorm: rows per batched backward (ghost norms: 8 and 16 were equally fast on the
-# 4 x 256 Llama on CPU, 32 slower), and the memory vmap's per-sample gradients may take.
-GRAD_ROWS, GRAD_MEMORY_BYTES = 8, 2 << 30
 
 
 class HFAdapter(ModelAdapter):
@@ -81,10 +74,6 @@ class HFAdapter(ModelAdapter):
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
-        # GradNorm: the way (hf_grad.GRAD_MODES) and rows per batched backward (1: one
-        # backward per row, open-unlearning's way); read when the first GradNorm batch comes.
-        self.grad_mode, self.grad_rows = "auto", GRAD_ROWS
-        self._grad: hf_grad.GradNormRunner | None = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         # The id open-unlearning's collator masks wherever it occurs. Without a pad token
@@ -153,13 +142,11 @@ class HFAdapter(ModelAdapter):
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
         GENERATE_GROUP batches at once and keeps its active rows under ``budget``
-        itself, so a freed slot has a waiting prompt to take. GradNorm takes many rows
-        (under the token budget) when it can batch them, and splits them by length."""
+        itself, so a freed slot has a waiting prompt to take. A plugin kind's handler may
+        bring its own (``Handlers.add(..., group_budget=)``)."""
         extra = self.handlers.group_budget(kind)
         if extra is not None:
             return extra(self, budget)
-        if kind == "grad_norm" and self._grad_runner().way() != "one_row":
-            return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * self.grad_rows))
         if kind != "generate" or not self._lean_loop():
             return budget
         self._generate_budget = budget
@@ -341,28 +328,10 @@ class HFAdapter(ModelAdapter):
                 out.append(HiddenStatesResult(states))
         return out
 
-    def _grad_norm(self, reqs: list[GradNorm]) -> list[GradNormResult]:
-        """open-unlearning's GradNorm attack, in train mode (hf_grad.GradNormRunner picks
-        ghost norms, vmap or one backward per row; all give the same norms within float
-        rounding). Empty targets give NaN. Eval mode is restored."""
-        runner = self._grad_runner()
-        out = runner(list(reqs))
-        self.record_tokens(sum(r.length() for r in reqs), runner.padded_tokens)
-        return [GradNormResult(v) for v in out]
-
-    def _grad_runner(self) -> hf_grad.GradNormRunner:
-        if self._grad is None or (self._grad.mode, self._grad.rows) != (self.grad_mode, self.grad_rows):
-            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
-            self._grad = hf_grad.GradNormRunner(self.model, self.masked_id, self.grad_mode, self.grad_rows,
-                                                vmap_rows=max(1, GRAD_MEMORY_BYTES // max(1, size)))
-        return self._grad
-
-
 # The built-in kinds (through the instance, so a test may replace one method); a plugin's kind is added where it lives.
 HFAdapter.handlers.add("token_stats", lambda a, reqs: a._token_stats(reqs))
 HFAdapter.handlers.add("generate", lambda a, reqs: a._generate(reqs))
 HFAdapter.handlers.add("hidden_states", lambda a, reqs: a._hidden_states(reqs))
-HFAdapter.handlers.add("grad_norm", lambda a, reqs: a._grad_norm(reqs))
 
 
 def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ...engine import Generate, GenerationSettings, GradNorm, Params, TokenStats, metric
+from ...engine import Generate, GenerationSettings, Params, TokenStats, metric
 from ...engine.adapters.base import PromptTemplate
 from ...engine.requests import pack_token_stats, unpack_token_stats
+from .grad_backend import GradNorm
 
 
 class QAParams(Params):
