@@ -30,16 +30,19 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from .batching import Budget
-from .requests import Request, kind_of
+from .requests import REQUEST_TYPES, Request, kind_of
 
 # Token-statistic fields a TokenStats result carries (requests.TokenStatsResult).
 TOKEN_FIELDS = ("logprob", "argmax", "mu", "var")
 # How a missing field is named in a refusal.
 _FIELD_WORDS = {"logprob": "the chosen token's log-prob", "argmax": "the greedy token (argmax)",
                 "mu": "full-vocabulary log-prob statistics", "var": "full-vocabulary log-prob statistics"}
-_KIND_WORDS = {"token_stats": "token statistics", "generate": "generation", "generate_text": "generation from text",
-               "generate|generate_text": "generation", "hidden_states": "hidden states",
-               "grad_norm": "gradients", "causal_trace": "patched forward passes"}
+
+
+def _kind_words(kind: str) -> str:
+    """A kind in words: its request class's ``words`` (the first alternative's for ``a|b``)."""
+    cls = REQUEST_TYPES.get(kind.split("|")[0])
+    return (cls.words if cls is not None else "") or f"{kind!r} requests"
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,9 @@ class Capabilities:
         id requests for a tokenizer backend and text requests for a text backend.
         """
         if "|" in kind:
-            return None if set(kind.split("|")) & self.kinds else _KIND_WORDS.get(kind, kind)
+            return None if set(kind.split("|")) & self.kinds else _kind_words(kind)
         if kind not in self.kinds:
-            return _KIND_WORDS.get(kind, f"{kind!r} requests")
+            return _kind_words(kind)
         if kind == "token_stats":
             lack = [f for f in TOKEN_FIELDS if f in set(fields) - self.token_fields]
             if lack:
@@ -80,7 +83,7 @@ class Capabilities:
 
     def gives(self) -> str:
         """What it serves, in words (for a refusal)."""
-        words = [_KIND_WORDS.get(k, k) for k in sorted(self.kinds) if k != "token_stats"]
+        words = [_kind_words(k) for k in sorted(self.kinds) if k != "token_stats"]
         if "token_stats" in self.kinds:
             have = [f for f in TOKEN_FIELDS if f in self.token_fields]
             words.insert(0, "token statistics with " + " and ".join(dict.fromkeys(_FIELD_WORDS[f] for f in have))

@@ -29,14 +29,12 @@ from typing import Any, Callable, Sequence
 from .backend import ModelAdapter, ModelResource, OutOfMemory
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
-from .requests import Request
+from .requests import Request, kind_of
 
 # Heavy import: tqdm (only with --progress), inside the function that needs it.
 
 _COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
              "batches", "oom_retries", "seconds")
-# Kinds that must run one sample per batch (a backward pass per sample).
-_MAX_BATCH = {"grad_norm": 1}
 
 
 @dataclass
@@ -182,7 +180,7 @@ class Executor:
         if (fp, kind) not in self._budgets:
             device = self.device or adapter.device
             self._budgets[(fp, kind)] = default_budget(device, self.batch_tokens, adapter.budget_hint(),
-                                                       1 if self.deterministic else _MAX_BATCH.get(kind))
+                                                       1 if self.deterministic else kind_of(kind).max_batch)
         return self._budgets[(fp, kind)]
 
     def _group(self, adapter: ModelAdapter, kind: str, budget: Budget) -> Budget:

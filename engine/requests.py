@@ -30,6 +30,10 @@ class Request:
     """Base of every request type. Subclasses are frozen dataclasses."""
 
     kind: ClassVar[str] = "request"
+    # What a backend lacks when it cannot serve this kind, in a refusal ("gradients").
+    words: ClassVar[str] = ""
+    # At most this many per batch before the adapter's group_budget widens it (1: one backward per sample).
+    max_batch: ClassVar[int | None] = None
     # Which side padding goes in a batch of this kind ("right" for teacher forcing,
     # "left" for generation); the adapter honours it.
     padding_side: ClassVar[str] = "right"
@@ -67,6 +71,7 @@ class TokenStats(Request):
     context_ids: tuple[int, ...]
     continuation_ids: tuple[int, ...]
     kind: ClassVar[str] = "token_stats"
+    words: ClassVar[str] = "token statistics"
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:
@@ -105,6 +110,7 @@ class Generate(Request):
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sample_index: int = field(default=0, metadata={"key_omits_default": True})
     kind: ClassVar[str] = "generate"
+    words: ClassVar[str] = "generation"
     padding_side: ClassVar[str] = "left"
 
     def length(self) -> int:
@@ -121,6 +127,7 @@ class GenerateText(Request):
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sample_index: int = 0
     kind: ClassVar[str] = "generate_text"
+    words: ClassVar[str] = "generation from text"
     padding_side: ClassVar[str] = "left"
 
     def length(self) -> int:
@@ -134,6 +141,7 @@ class HiddenStates(Request):
     ids: tuple[int, ...]
     layers: tuple[int, ...]
     kind: ClassVar[str] = "hidden_states"
+    words: ClassVar[str] = "hidden states"
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:

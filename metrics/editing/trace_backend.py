@@ -57,6 +57,7 @@ class CausalTrace(Request):
     window: int = 1
     answer: int = -1
     kind: ClassVar[str] = "causal_trace"
+    words: ClassVar[str] = "patched forward passes"
     padding_side: ClassVar[str] = "right"
 
     def __post_init__(self) -> None:

@@ -28,6 +28,8 @@ class GradNorm(Request):
     p: float = 2.0
     exclude_last: bool = True
     kind: ClassVar[str] = "grad_norm"
+    words: ClassVar[str] = "gradients"
+    max_batch: ClassVar[int | None] = 1  # one backward per sample, unless the handler batches them
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:

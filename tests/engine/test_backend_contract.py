@@ -207,6 +207,8 @@ def test_hf_request_keys_did_not_move():
 
 
 def test_capabilities_say_what_is_missing_in_words():
+    import evaldag.metrics.unlearning.grad_request  # noqa: F401 - a family's kind names itself ("gradients")
+
     server = Capabilities({"token_stats", "generate"}, {"logprob", "argmax"})
     assert server.missing("token_stats", {"logprob"}) is None
     assert server.missing("token_stats", {"logprob", "mu", "var"}) == "full-vocabulary log-prob statistics"
