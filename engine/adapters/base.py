@@ -14,7 +14,7 @@ loading either. The adapter and resource halves are declared in ``engine/backend
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
