@@ -194,8 +194,13 @@ class ModelResource:
         return {"backend": self.backend}
 
     def label(self) -> str:
-        """How a message names this backend (its spec)."""
-        return str(self.describe().get("spec") or self.backend)
+        """How a message names this backend: its spec (``describe()["spec"]``, else ``backend:path``)."""
+        d = self.describe()
+        return str(d.get("spec") or (f"{self.backend}:{d['path']}" if d.get("path") else self.backend))
+
+    def verify_unchanged(self) -> None:
+        """Raise when the weights changed since ``fingerprint()`` (hf: a stat per file); the
+        executor calls it before storing each batch. Nothing to check by default."""
 
 
 @dataclass(eq=False)

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from .adapters.integrity import ModelChangedError
 from .backend import ModelAdapter, ModelResource, OutOfMemory
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
@@ -100,6 +101,7 @@ class Executor:
         self.refresh = refresh  # ask the model for every request; the answers replace the cached ones
         self.deterministic = deterministic
         self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
+        self._written: dict[str, list[str]] = defaultdict(list)  # store key -> request keys this run wrote
         self._backends: dict[str, dict] = {}  # model fingerprint -> its backend identity (kept with each result)
         self.progress = progress
         self.batch_tokens = batch_tokens
@@ -190,6 +192,26 @@ class Executor:
         return budget if self.deterministic else adapter.group_budget(kind, budget)
 
     def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
+        try:
+            return self._compute_checked(model, fp, kind, items, st)
+        except ModelChangedError as e:
+            e.model_fp = fp  # the runner forgets the nodes computed from it
+            self.forget(fp)
+            raise
+
+    def forget(self, fp: str) -> None:
+        """Delete every answer this run stored for model ``fp`` (its files changed under the run)."""
+        key = self._store_keys.get(fp)
+        discard = getattr(self.cache, "discard", None)
+        if discard is not None and key is not None:
+            discard(key, self._written.pop(key, []))
+
+    @staticmethod
+    def _unchanged(model: ModelResource) -> None:
+        """Raise ModelChangedError when the model's files changed since its fingerprint (a stat each)."""
+        model.verify_unchanged()
+
+    def _compute_checked(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         adapter = self.adapter(model, fp)
         length = _length
         if self.deterministic:
@@ -216,13 +238,16 @@ class Executor:
                     continue
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
+                self._unchanged(model)  # what is stored under fp comes from the bytes fp names
                 if self.cache is not None:
                     self.cache.put_many(self._store_keys[fp], [(k, kind, r) for (k, _), r in zip(batch, got)],
                                         meta=self._batch_meta(adapter, fp, kind, batch))
+                    self._written[self._store_keys[fp]].extend(k for k, _ in batch)
                 results.update((k, r) for (k, _), r in zip(batch, got))
                 bar.update(sum(length(x) for x in batch))
         finally:
             bar.close()
+        self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
 
     def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]]) -> list | None:

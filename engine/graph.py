@@ -70,6 +70,20 @@ def _compose(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, 
     return out
 
 
+@dataclass
+class _Frame:
+    """One node being expanded: what it inherits, its parents still to visit, their keys so far."""
+
+    node: Node
+    inherited: Mapping[str, str]
+    group: str | None
+    bind: dict[str, str]
+    me: str
+    ident: tuple
+    todo: list[tuple[str, Any]]  # (access key, parent spec), in key order
+    parent_keys: dict[str, str] = field(default_factory=dict)
+
+
 class Graph:
     """The expanded, validated, merged graph of a set of requested metrics."""
 
@@ -83,7 +97,7 @@ class Graph:
         for node in nodes:
             if not isinstance(node, Node):
                 raise GraphError(f"expected a configured metric (Node), got {node!r}")
-            key = self._expand(node, {}, (), node.group)
+            key = self._expand(node, node.group)
             if key not in self.roots:
                 self.roots.append(key)
         try:
@@ -106,21 +120,54 @@ class Graph:
             return m()
         raise GraphError(f"parent {key!r} of {asked_by} must be a metric name or a configured metric, got {spec!r}")
 
-    def _expand(self, node: Node, inherited: Mapping[str, str], stack: tuple, group: str | None) -> str:
+    def _enter(self, node: Node, inherited: Mapping[str, str], group: str | None, path: list, on_path: set) -> "_Frame":
+        """Start expanding ``node``: its bind, its parents to visit, and a cycle check against the path."""
         bind = _compose(inherited, node.bind)
         group = node.group or group
         me = node.name or node.metric.name
         ident = (node.metric.name, node.params.model_dump_json(), json.dumps(sorted(bind.items())))
-        if ident in [s[0] for s in stack]:
-            names = [s[1] for s in stack[[s[0] for s in stack].index(ident) :]] + [me]
+        if ident in on_path:
+            idents = [p[0] for p in path]
+            names = [p[1] for p in path[idents.index(ident):]] + [me]
             raise GraphError("cycle in metric parents: " + " -> ".join(names))
-        stack = stack + ((ident, me),)
+        path.append((ident, me))
+        on_path.add(ident)
         parents = node.resolved_parents()
         try:
             check_inputs(node.metric.fn, set(parents) | set(node.metric.needs), me)
         except DeclarationError as e:
             raise GraphError(str(e)) from None
-        parent_keys = {k: self._expand(self._resolve(spec, me, k), bind, stack, group) for k, spec in sorted(parents.items())}
+        return _Frame(node, inherited, group, bind, me, ident, sorted(parents.items()))
+
+    def _expand(self, root: Node, group: str | None) -> str:
+        """Expand ``root`` and its ancestors depth first; returns its vertex key.
+
+        An explicit stack, not recursion: a graph built in Python may be a chain of any
+        length (10,000 nodes is tested), and Python's recursion limit is about 1,000 frames.
+        Parents are visited in key order and vertices are added after their parents, as
+        the recursive version did, so keys, names and order are unchanged.
+        """
+        path: list[tuple] = []  # (ident, display name) from the root down: the cycle message
+        on_path: set = set()
+        frames = [self._enter(root, {}, group, path, on_path)]
+        while True:
+            f = frames[-1]
+            if len(f.parent_keys) < len(f.todo):
+                k, spec = f.todo[len(f.parent_keys)]
+                frames.append(self._enter(self._resolve(spec, f.me, k), f.bind, f.group, path, on_path))
+                continue
+            key = self._finish(f)
+            frames.pop()
+            path.pop()
+            on_path.discard(f.ident)
+            if not frames:
+                return key
+            up = frames[-1]
+            up.parent_keys[up.todo[len(up.parent_keys)][0]] = key
+
+    def _finish(self, f: "_Frame") -> str:
+        """The vertex of a node whose parents all have keys: merged by structural key, then named."""
+        node, bind, parent_keys = f.node, f.bind, f.parent_keys
         resources = {need: bind.get(need, need) for need in node.metric.needs}
         key = hash_value(
             {
@@ -145,8 +192,8 @@ class Graph:
             # a named node reached through a renaming parent (e.g. the retain-model side of
             # forget quality) is other work than the node under its own name: qualify it
             # (a qualifier the name already carries, e.g. from with_bind, is not repeated)
-            renamed = sorted({outer for local, outer in inherited.items() if local != outer} - set(node.name.split("@")[1:]))
-            self._name(v, group, node.name + "".join(f"@{r}" for r in renamed))
+            renamed = sorted({outer for local, outer in f.inherited.items() if local != outer} - set(node.name.split("@")[1:]))
+            self._name(v, f.group, node.name + "".join(f"@{r}" for r in renamed))
         return key
 
     def _name(self, v: Vertex, group: str | None, name: str) -> None:

@@ -17,7 +17,7 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -196,20 +196,38 @@ def unpack_token_stats(packed: dict[str, np.ndarray]) -> "list[TokenStatsResult]
 
 @dataclass
 class GenerateResult:
-    """New token ids (without the prompt, without padding) and their decoded text."""
+    """New token ids (without the prompt, without padding) and their decoded text.
+
+    ``nonfinite``: some step's logits held a NaN or an infinity, so the tokens are an
+    argmax over garbage (the ids alone cannot tell; kept in the store's meta)."""
 
     token_ids: np.ndarray
     text: str
+    nonfinite: bool = False
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"token_ids": self.token_ids}
 
     def meta(self) -> dict:
-        return {"text": self.text}
+        return {"text": self.text, **({"nonfinite": True} if self.nonfinite else {})}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "GenerateResult":
-        return cls(arrays["token_ids"], meta["text"])
+        return cls(arrays["token_ids"], meta["text"], bool(meta.get("nonfinite", False)))
+
+
+def nonfinite_output(result: Any) -> bool:
+    """Whether a model answer came from non-finite logits (or hidden states).
+
+    Token statistics and hidden states of a finite model are finite, so a NaN or an
+    infinity in them is the model's; a generation says so itself. Gradient norms are left
+    out: an empty target gives NaN there without any fault in the model.
+    """
+    if isinstance(result, GenerateResult):
+        return result.nonfinite
+    if isinstance(result, (TokenStatsResult, HiddenStatesResult)):
+        return any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in result.to_arrays().values())
+    return False
 
 
 @dataclass

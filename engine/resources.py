@@ -151,18 +151,27 @@ class ResourceSet:
 
     def __init__(self, supplied: Mapping[str, Any] | None = None, providers: Mapping[str, ProviderDef] | None = None):
         self.supplied = {k: as_resource(v) for k, v in (supplied or {}).items()}
+        self._registered = providers is None  # the registry's providers: found as metrics are
         self.providers = dict(REGISTRY.providers if providers is None else providers)
         self._derived: dict[str, Derived] = {}
 
+    def _provider(self, name: str) -> ProviderDef | None:
+        """The provider of ``name``; a miss loads the ``evaldag.metrics`` entry points once,
+        as a metric looked up by name does (a provider registers when its module is imported)."""
+        if name not in self.providers and self._registered:
+            REGISTRY.load_entry_points()
+            self.providers = dict(REGISTRY.providers)
+        return self.providers.get(name)
+
     def has(self, name: str) -> bool:
-        return name in self.supplied or name in self.providers
+        return name in self.supplied or self._provider(name) is not None
 
     def get(self, name: str, asked_by: str = "", _stack: tuple[str, ...] = ()) -> Resource:
         if name in self.supplied:
             return self.supplied[name]
         if name in self._derived:
             return self._derived[name]
-        prov = self.providers.get(name)
+        prov = self._provider(name)
         if prov is None:
             who = f" (needed by {asked_by})" if asked_by else ""
             known = ", ".join(sorted(set(self.supplied) | set(self.providers))) or "none"

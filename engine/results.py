@@ -64,6 +64,21 @@ class Result:
 
 codec.register("__result__", Result, Result.to_dict, Result.from_dict)
 
+NONFINITE = "non-finite logits"
+
+
+def nonfinite_flag(model_name: str) -> str:
+    """The note every value computed from a model with NaN/inf logits carries (reason, terminal)."""
+    return f"{NONFINITE} (NaN/inf) from model {model_name}: values computed from it are not trustworthy"
+
+
+def flagged(value: Any, flag: str) -> Any:
+    """``value`` with ``flag`` leading its reason (a Result); other values are returned as they are."""
+    if not isinstance(value, Result) or (value.reason or "").startswith(flag):
+        return value
+    return Result(value.agg_value, value.value_by_index, dict(value.extra),
+                  f"{flag}; {value.reason}" if value.reason else flag)
+
 
 @dataclass
 class NodeRecord:

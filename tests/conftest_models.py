@@ -43,14 +43,14 @@ def qa_texts() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def tokenizer(vocab_size: int = 512) -> Any:
-    from evaldag.engine.adapters.testing import tiny_tokenizer
+    from .tiny_models import tiny_tokenizer
 
     return tiny_tokenizer(qa_texts(), vocab_size=vocab_size)
 
 
 @functools.lru_cache(maxsize=None)
 def model(arch: str = "llama", seed: int = 0, layers: int = 2, hidden: int = 64) -> Any:
-    from evaldag.engine.adapters.testing import tiny_gpt2, tiny_llama
+    from .tiny_models import tiny_gpt2, tiny_llama
 
     build = {"llama": tiny_llama, "gpt2": tiny_gpt2}[arch]
     return build(tokenizer(), layers=layers, hidden=hidden, seed=seed, initializer_range=0.3)
@@ -73,6 +73,9 @@ class CountingModel:
 
     def identity(self) -> Any:
         return self.inner.identity()
+
+    def verify_unchanged(self) -> None:
+        self.inner.verify_unchanged()
 
     def __init__(self, inner: Any):
         self.inner = inner

@@ -1,5 +1,6 @@
 """Assets behind ``evaldag demo``: fictitious-author data in TOFU's format and three tiny
-checkpoints, built by ``make_assets.py`` (see docs/demo-assets.md).
+checkpoints, built by ``tests/asset_builders/demo/make_assets.py`` in the repository
+(see docs/demo-assets.md).
 
 Importing this package imports neither torch nor transformers.
 """

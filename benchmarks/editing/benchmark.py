@@ -34,8 +34,8 @@ class EditingBenchmark(Benchmark):
     description = "knowledge editing: weight-delta norms, perplexity, efficacy/generalisation/specificity, causal trace"
     Config = EditingConfig
     metadata = {"licence": "the shipped edits and texts are invented by evaldag (Apache-2.0), built from the demo's "
-                           "fictitious authors by benchmarks/editing/make_assets.py; the trace model in assets/tracer and its "
-                           "facts, edits and texts are made by benchmarks/editing/make_tracer.py (Apache-2.0 too)"}
+                           "fictitious authors by tests/asset_builders/editing/make_assets.py; the trace model in assets/tracer "
+                           "and its facts, edits and texts are made by tests/asset_builders/editing/make_tracer.py (Apache-2.0 too)"}
     resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:

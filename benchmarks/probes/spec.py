@@ -17,12 +17,12 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ...engine import Node
-from .catalogue import HARNESS_DEFAULTS, known, probe_class
-from .data import digest, locate
-from .nodes import (
-    MarkParams, ProbeSpec, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
+from ...metrics.probes.nodes import (
+    MarkParams, ProbeSpec, class_path, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
     probe_items, probe_marks, probe_marks_points, probe_metrics,
 )
+from .catalogue import HARNESS_DEFAULTS, known, probe_class
+from .data import digest, locate
 
 GROUP = "PROBES"
 #: probes whose data ships with evaldag (the default set); the others need --probe-data
@@ -75,7 +75,7 @@ def probe_spec(name: str, config: ProbesConfig, read_data: bool = True) -> Probe
     data = ""
     if read_data:
         data = digest(locate(f, cls.__name__, config.probe_data) for f in cls.data_files)
-    return ProbeSpec(probe=name, options=options, num_repetitions=reps, sample_k=sample_k,
+    return ProbeSpec(probe=name, cls=class_path(cls), options=options, num_repetitions=reps, sample_k=sample_k,
                      random_seed=config.seed, data_dir=config.probe_data, data_digest=data, code=code_digest(cls))
 
 

@@ -30,6 +30,8 @@ from ..backend import Capabilities, Identity, ModelResource
 from ..cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
+from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
+                        model_files as _model_files, model_names as _names)
 from .placement import check_device_map, placement, placement_kwargs
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
@@ -38,15 +40,6 @@ __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
-# Everything besides the weights that changes what the model computes or how text is
-# tokenized. config.json / generation_config.json are included too: rope settings or a
-# repetition penalty change the numbers as surely as the weights do.
-OTHER_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-    "tokenizer.model", "spiece.model", "chat_template.jinja", "chat_template.json",
-)
 
 
 def _digest(*parts: str) -> str:
@@ -94,6 +87,7 @@ class HFModel(ModelResource):
         self.dtype, self.device, self.attn_implementation = dtype, device, attn_implementation
         self._objects: tuple[Any, Any] | None = None
         self._fp: str | None = None
+        self._snapshot: FolderSnapshot | None = None  # the files the fingerprint hashed (integrity.py)
         self._encoder: HFEncoder | None = None
         self._adapter: HFAdapter | None = None
         self.name = self.path
@@ -115,7 +109,7 @@ class HFModel(ModelResource):
         self.dtype = str(model.dtype).replace("torch.", "")
         self.device, self.attn_implementation = str(model.device.type), None
         _ensure_pad(tokenizer)
-        self._objects, self._fp, self._adapter = (model, tokenizer), None, None
+        self._objects, self._fp, self._adapter, self._snapshot = (model, tokenizer), None, None, None
         self._encoder = HFEncoder(tokenizer)
         return self
 
@@ -152,11 +146,11 @@ class HFModel(ModelResource):
         dtype = self.resolved_dtype()
         if self.is_dir:
             root = Path(self.path).expanduser()
-            files = sorted(p for p in root.iterdir()
-                           if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in OTHER_FILES))
+            files = _model_files(root)
             if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
                 raise FileNotFoundError(f"HFModel: no *.safetensors or *.bin weights in {root}")
-            return _digest("hf-dir-1", *(f"{p.name}={file_sha256(p)}" for p in files), f"dtype={dtype}", *mask)
+            self._snapshot = FolderSnapshot.take(root, files, file_sha256)  # stats kept to notice a later change
+            return _digest("hf-dir-1", *(f"{n}={d}" for n, (_, d) in self._snapshot.files.items()), f"dtype={dtype}", *mask)
         # A hub id: the resolved commit of a locally cached snapshot identifies the weights.
         # Without one (never downloaded, or not resolvable offline) only the id is hashed,
         # which cannot notice the repository changing on the hub.
@@ -198,18 +192,13 @@ class HFModel(ModelResource):
         root = Path(self.path).expanduser() if self.is_dir else _hub_snapshot(self.path)
         return root is None or not _dedicated_pad_files(root)
 
-    # -- the backend contract (engine/backend.py)
-    backend = "hf"
+    backend = "hf"  # the backend contract (engine/backend.py); label() is "hf:<path>"
 
     def capabilities(self) -> Capabilities:
         return HFAdapter.static_capabilities()
 
-    def identity(self) -> Identity:
-        """The fingerprint already holds the files' hashes and the dtype: the key stays ``fp@device``."""
+    def identity(self) -> Identity:  # the fingerprint holds the files' hashes and the dtype: key fp@device
         return Identity("hf", self.device_type(), in_fingerprint=True)
-
-    def label(self) -> str:
-        return f"hf:{self.path}"
 
     def describe(self) -> dict:
         """Where the weights came from and how they ran: path (absolute for a folder), source
@@ -245,8 +234,14 @@ class HFModel(ModelResource):
             return self._adapter
         if self._objects is not None:
             model, tok = self._objects
+            _check_rows(self.name, model, tok)
             self._adapter = HFAdapter(model.eval(), tok, attention_mask=self.attention_mask)  # eval mode: no dropout
             return self._adapter
+        tokens = len(self.encoder().tokenizer)
+        if self.is_dir:  # before reading any weight: the folder is still the fingerprinted one, its sizes agree
+            self.fingerprint()
+            self.verify_unchanged()
+            check_vocab(self.path, tokens, config_vocab(Path(self.path).expanduser()), "config.json's vocab_size")
         import torch
         import transformers
         from transformers import AutoModelForCausalLM
@@ -262,8 +257,25 @@ class HFModel(ModelResource):
                 src, **kw, **placement_kwargs(self.device_map, self.max_memory, self.offload_folder)).eval()
         else:
             model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
+        if self._snapshot is not None:  # what was read is what was hashed: every file read again in full
+            self._snapshot.check_content(_names(self._snapshot.root))
+        _check_rows(self.path, model, self.encoder().tokenizer)
         self._adapter = HFAdapter(model, self.encoder().tokenizer, attention_mask=self.attention_mask)
         return self._adapter
+
+
+    def verify_unchanged(self) -> None:
+        """Raise :class:`ModelChangedError` when a fingerprinted file was written, replaced,
+        added or removed since (one ``stat`` per file; the executor calls it before storing
+        each batch). Models that are not folders have nothing to check."""
+        if self._snapshot is not None:
+            self._snapshot.check_stat(_names(self._snapshot.root))
+
+
+def _check_rows(name: str, model: Any, tokenizer: Any) -> None:
+    """Before any forward pass: every token id of the tokenizer has an embedding row and a logit."""
+    for where, rows in loaded_rows(model):
+        check_vocab(name, len(tokenizer), rows, where)
 
 
 def _ensure_pad(tokenizer: Any) -> None:

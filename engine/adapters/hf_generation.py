@@ -104,6 +104,7 @@ class DecodeLoop:
         rows: list[int] = []  # request index of each active batch row
         cache = mask = pos = None
         computed = 0
+        broken: set[int] = set()  # requests that met non-finite logits
         refill_at = max(1, int(self.slots * REFILL_SHARE))
         with torch.inference_mode():
             while rows or waiting:
@@ -127,6 +128,8 @@ class DecodeLoop:
                 # decode step, the newcomers (the tail of ``rows``) after a prefill
                 ran = rows if take is None else take
                 picks = logits.argmax(-1).tolist()
+                for j in torch.nonzero(~torch.isfinite(logits).all(-1)).flatten().tolist():
+                    broken.add(ran[j])  # an argmax over NaN/inf logits: flagged (requests.nonfinite_output)
                 for j, i in enumerate(ran):
                     s = reqs[i].settings
                     new[i].append(int(draw(logits[j], s, gens[i])) if s.do_sample else picks[j])
@@ -138,7 +141,7 @@ class DecodeLoop:
         real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new))
         # + one per row: its last new token, which no forward pass reads (counted as generate() counts it)
         self.tokens = (real, computed + len(reqs))
-        return [GenerateResult(_int32(t), decode(self.tokenizer, t)) for t in new]
+        return [GenerateResult(_int32(t), decode(self.tokenizer, t), i in broken) for i, t in enumerate(new)]
 
     def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[Any, Any, Any, Any, int]:
         """Left-padded prefill of new rows in a fresh cache: (last logits, cache, mask,
@@ -292,7 +295,8 @@ def hf_generate(adapter: Any, reqs: list[Generate], ids: Any, mask: Any) -> tupl
 
     settings = [r.settings for r in reqs]
     stops = RowStops(adapter.tokenizer, ids.shape[1], settings, eos_ids(adapter.model))
-    procs = [SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else []
+    watch = _FiniteWatch()
+    procs = [watch, *([SeededSampler(settings, ids.device)] if any(s.do_sample for s in settings) else [])]
     with torch.inference_mode():
         out = adapter.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max(s.max_new_tokens for s in settings),
@@ -305,5 +309,18 @@ def hf_generate(adapter: Any, reqs: list[Generate], ids: Any, mask: Any) -> tupl
     for i in range(len(reqs)):
         keep = stops.keep[i] if stops.keep[i] is not None else new.shape[1]
         toks = new[i, :keep].astype(np.int32)
-        results.append(GenerateResult(toks, decode(adapter.tokenizer, toks.tolist())))
+        results.append(GenerateResult(toks, decode(adapter.tokenizer, toks.tolist()), i in watch.rows))
     return results, len(reqs) * out.shape[1]
+
+
+class _FiniteWatch:
+    """A logits processor that changes nothing and notes the rows whose logits are not finite."""
+
+    def __init__(self) -> None:
+        self.rows: set[int] = set()
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        self.rows.update(torch.nonzero(~torch.isfinite(scores).all(-1)).flatten().tolist())
+        return scores

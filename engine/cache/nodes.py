@@ -175,6 +175,13 @@ class NodeStore:
         except LinkRefused as e:
             refuse(e, f"writing node {fp[:16]}")
 
+    def discard(self, fp: str) -> None:
+        """Remove one entry (a node computed from a model that changed under the run)."""
+        try:
+            os.unlink(inside(self.root, self.path(fp)))
+        except (OSError, LinkRefused):  # gone, a link, or a read-only cache
+            pass
+
     def touch(self, fp: str) -> None:
         try:
             os.utime(inside(self.root, self.path(fp)), follow_symlinks=False)

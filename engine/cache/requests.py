@@ -236,6 +236,18 @@ class RequestStore:
                     pass
             raise
 
+    def discard(self, model: str, keys: Iterable[str]) -> None:
+        """Delete ``keys`` of ``model`` (answers of a model that turned out not to be the fingerprinted one)."""
+        keys = list(keys)
+
+        def _delete(db: sqlite3.Connection) -> None:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                db.execute(f"DELETE FROM results WHERE model=? AND key IN ({','.join('?' * len(chunk))})", [model, *chunk])
+
+        if keys and not self.read_only and self.path.exists():
+            self._guard(_delete)
+
     def peek_count(self) -> tuple[int, str | None]:
         """(rows, problem) read through a read-only connection: ``cache info`` reports a
         damaged database instead of moving it aside as a run (or ``verify --repair``) does."""

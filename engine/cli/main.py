@@ -9,7 +9,10 @@
 
 Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.benchmark`);
 only the ones a command names are imported, so a warm rerun of one benchmark never
-imports another's data loaders.
+imports another's data loaders. Commands from ``evaldag.commands`` are named from
+their entry points and their module is imported only when that command runs (or for
+``evaldag --help``, which shows their ``HELP``): ``evaldag run toy`` imports no demo, and
+so no TOFU, and a broken command plugin breaks only itself.
 """
 
 from __future__ import annotations
@@ -33,8 +36,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"evaldag: error: {message} (see `{self.prog} --help`)\n")
 
 
-def parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; ``run`` and ``graph`` gain the options of each named benchmark."""
+def parser(benchmarks: list[str] | None = None, command: str | None = None, top_help: bool = False) -> argparse.ArgumentParser:
+    """The parser; ``run`` and ``graph`` gain the options of each named benchmark.
+
+    A registered command's module is loaded only when it is ``command`` (its options are
+    needed) or for the top-level help (``top_help``: its ``HELP`` is shown); otherwise it
+    is a bare sub-command named by its entry point.
+    """
     benches = [BENCHMARKS.get(b) for b in benchmarks or []]
     p = Parser(prog="evaldag", description="Evaluate language models with metric graphs.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -44,8 +52,11 @@ def parser(benchmarks: list[str] | None = None) -> argparse.ArgumentParser:
     list_cmd.add_parser(sub)
     cache.add_parser(sub)
     for ep in entry_points(group=COMMANDS_GROUP):
-        mod = ep.load()
-        mod.add_arguments(sub.add_parser(ep.name, help=getattr(mod, "HELP", None)))
+        if ep.name == command or top_help:
+            mod = ep.load()
+            mod.add_arguments(sub.add_parser(ep.name, help=getattr(mod, "HELP", None)))
+        else:
+            sub.add_parser(ep.name, help=f"(from {ep.value})")
     return p
 
 
@@ -98,7 +109,8 @@ def _main(argv: list[str]) -> int:
     if unknown:
         print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)
         return 2
-    args = parser(benches).parse_args(argv)
+    top_help = cmd is None and bool({"-h", "--help"} & set(argv))
+    args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)
     if args.cmd == "graph":

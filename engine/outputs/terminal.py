@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..results import Result, RunResult
+from ..results import NONFINITE, Result, RunResult
 
 
 def fmt(x: object) -> str:
@@ -33,7 +33,8 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
             val = result.value(f"{g}/{name}" if g else name) if rec.status in ("computed", "cached") else None
             agg = val.agg_value if isinstance(val, Result) else val
             blank = agg is None or (isinstance(agg, float) and math.isnan(agg))  # a NaN row says why
-            why = f"  ({val.reason})" if isinstance(val, Result) and blank and val.reason else ""
+            noted = isinstance(val, Result) and bool(val.reason) and (blank or val.reason.startswith(NONFINITE))
+            why = f"  ({val.reason})" if noted else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")
             print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor

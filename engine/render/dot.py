@@ -7,6 +7,7 @@ and nothing else in evaldag depends on it (the built-in SVG renderer does not).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from typing import Any
@@ -17,8 +18,9 @@ from .view import NodeView, as_view
 
 
 def _q(s: str) -> str:
-    """A DOT double-quoted string."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A DOT double-quoted string: backslashes and quotes escaped, every line break a ``\\n``."""
+    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("\r\n", "\n")
+    return '"' + re.sub(r"[\n\r\x0b\x0c\x85\u2028\u2029]", "\\\\n", s) + '"'
 
 
 def _label(n: NodeView) -> str:

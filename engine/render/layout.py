@@ -125,7 +125,7 @@ class _Orderer:
             lay = self.layers[li]
             keyed = {n: (self.brank[n], self._bary(neigh[n], n), self.pos[n]) for n in lay}
             self.layers[li] = sorted(lay, key=keyed.__getitem__)
-            self._index()
+            self.pos.update((n, i) for i, n in enumerate(self.layers[li]))  # only this layer moved: linear, not layers x nodes
 
     def _bary(self, ns: list, n: Any) -> float:
         """Mean position of the neighbours; a node without any keeps its place."""

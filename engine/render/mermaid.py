@@ -8,16 +8,22 @@ colours the boxes; shared nodes use the double-sided "subroutine" shape.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .clusters import cluster_order, cluster_title, split_title
-from .svg import COLORS
+from .svg import COLORS, css_token
 from .view import NodeView, as_view
 
 
 def _text(s: str) -> str:
-    """Mermaid-safe label text (entity codes for the characters its parser reserves)."""
-    for ch, code in (("&", "#amp;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;"), ("[", "#91;"), ("]", "#93;"),
+    """Mermaid-safe label text (entity codes for the characters its parser reserves).
+
+    ``#`` first, so a name that already reads like an entity code is shown as typed;
+    line breaks and other control characters become spaces (a label is one line).
+    """
+    s = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]", " ", s)
+    for ch, code in (("#", "#35;"), ("&", "#amp;"), ("'", "#39;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;"), ("[", "#91;"), ("]", "#93;"),
                      ("{", "#123;"), ("}", "#125;"), ("|", "#124;"), ("`", "#96;")):
         s = s.replace(ch, code)
     return s
@@ -50,7 +56,7 @@ def to_mermaid(source: Any, *, direction: str = "LR", **view_kw: Any) -> str:
     for status in sorted({n.status for n in view.nodes}):
         fill, stroke, ink = COLORS.get(status, COLORS["planned"])
         dash = ",stroke-dasharray:5 3" if status in ("planned", "skipped") else ""
-        out.append(f"    classDef {status} fill:{fill},stroke:{stroke},color:{ink}{dash}")
+        out.append(f"    classDef {css_token(status)} fill:{fill},stroke:{stroke},color:{ink}{dash}")
     if any(n.shared for n in view.nodes):
         out.append("    classDef shared stroke-width:3px")
     by_band: dict = {}
@@ -80,7 +86,7 @@ def to_mermaid(source: Any, *, direction: str = "LR", **view_kw: Any) -> str:
         out.append(f"    {e.src} --> {e.dst}")
     for status in sorted({n.status for n in view.nodes}):
         ids = [n.id for n in view.nodes if n.status == status]
-        out.append(f"    class {','.join(ids)} {status}")
+        out.append(f"    class {','.join(ids)} {css_token(status)}")
     shared = [n.id for n in view.nodes if n.shared]
     if shared:
         out.append(f"    class {','.join(shared)} shared")

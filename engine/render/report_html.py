@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol, Sequence, Union
 from ..cache import atomic_write
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
+from .runjson import read_run_json
 from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
 
 
@@ -63,7 +64,7 @@ def load_run_folder(path: str | os.PathLike) -> RunFolder:
         raise FileNotFoundError(f"{p}: not a folder (give the --out folder of a run)")
     rf = RunFolder(p)
     if (p / "run.json").exists():
-        rf.run = read_json(p / "run.json")
+        rf.run = read_run_json(p / "run.json")
     rf.evals = read_evals(p)
     for s in sorted(p.glob("*_SUMMARY.json")):
         data = read_json(s)

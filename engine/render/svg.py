@@ -10,6 +10,7 @@ looks right on its own, inside a report, or in a Markdown preview.
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -38,6 +39,11 @@ MIN_W, MAX_W = 96.0, 320.0
 _NARROW = set("ijl.,:;'|!I ")
 _SEMI = set("ftr()[]{}-/")
 _WIDE = set("mwMW@%")
+
+
+def css_token(s: str) -> str:
+    """A value made safe as one CSS class name (statuses and kinds may come from an edited run.json)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", s) or "_"
 
 
 def text_width(text: str, px: float, bold: bool = False) -> float:
@@ -157,7 +163,7 @@ def to_svg(source: Any, *, id_prefix: str = "ed", standalone: bool = True, **vie
     legend, top = _legend(view, id_prefix)
     w, h = max(lay.width, 480.0), lay.height + top
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="ed-dag" data-mode="{view.mode}" data-nodes="{len(view.nodes)}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="ed-dag" data-mode="{escape(view.mode)}" data-nodes="{len(view.nodes)}" '
         f'width="{w:.0f}" height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" font-family="{escape(FONT)}" role="img" '
         f'aria-label="{escape(view.title)}">',
         f"<title>{escape(view.title)}</title>",
@@ -182,7 +188,7 @@ def to_svg(source: Any, *, id_prefix: str = "ed", standalone: bool = True, **vie
         src, dst = idx[e.src], idx[e.dst]
         dashed = ' stroke-dasharray="4 3"' if src.status in ("failed", "skipped") else ""
         tip = f"{src.label} → {dst.label}" + (f" (as {', '.join(e.keys)})" if e.keys else "")
-        out.append(f'<path class="ed-edge" data-src="{e.src}" data-dst="{e.dst}" d="{_path(lay.routes[(e.src, e.dst)])}" '
+        out.append(f'<path class="ed-edge" data-src="{escape(e.src)}" data-dst="{escape(e.dst)}" d="{_path(lay.routes[(e.src, e.dst)])}" '
                    f'stroke="#94a3b8" stroke-width="1.3"{dashed} marker-end="url(#{id_prefix}-arrow)">'
                    f"<title>{escape(tip)}</title></path>")
     out.append("</g>")
@@ -196,10 +202,11 @@ def to_svg(source: Any, *, id_prefix: str = "ed", standalone: bool = True, **vie
 def _node(n: NodeView, lay: Layout, prefix: str) -> list[str]:
     (x, y), (w, h) = lay.pos[n.id], lay.size[n.id]
     fill, stroke, ink = COLORS.get(n.status, COLORS["planned"])
-    classes = f"ed-node ed-{n.status} ed-{n.kind}" + (" ed-shared" if n.shared else "")
+    classes = f"ed-node ed-{css_token(n.status)} ed-{css_token(n.kind)}" + (" ed-shared" if n.shared else "")
     dash = ' stroke-dasharray="5 3"' if n.status in ("planned", "skipped") and n.kind != "resource" else ""
     rx = h / 2 if n.kind == "resource" else 6
-    out = [f'<g class="{classes}" id="{prefix}-{n.id}" data-id="{n.id}" data-status="{n.status}" data-name="{escape(n.label)}" '
+    out = [f'<g class="{classes}" id="{escape(prefix)}-{escape(n.id)}" data-id="{escape(n.id)}" data-status="{escape(n.status)}" '
+           f'data-name="{escape(n.label)}" '
            f'transform="translate({x:.1f},{y:.1f})"><title>{escape(tooltip(n))}</title>']
     if n.shared:
         out.append(f'<rect x="{-w / 2 - 4:.1f}" y="{-h / 2 - 4:.1f}" width="{w + 8:.1f}" height="{h + 8:.1f}" rx="{rx + 3:.1f}" '

@@ -28,8 +28,7 @@ from ..cache import Cache
 from ..graph import Graph
 from ..results import RunResult
 from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
-
-STATUSES = ("planned", "cached", "computed", "failed", "skipped", "input")
+from .runjson import STATUSES, read_run_json
 
 
 @dataclass
@@ -311,10 +310,8 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
     path = folder / "run.json"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no run.json here (is {folder} the --out folder of a run?)")
-    run = read_json(path)
+    run = read_run_json(path)  # every field checked against its type; a bad one is dropped with a warning
     entries = run.get("nodes") or {}
-    if not isinstance(entries, dict):
-        raise ValueError(f"{path}: 'nodes' must be an object of node name -> record")
     evals = read_evals(folder)
     only_bench = next(iter(evals)) if len(evals) == 1 else None
     g = nx.DiGraph()
@@ -324,7 +321,11 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
         for parent in (e.get("parents") or {}).values():
             if parent in entries:
                 g.add_edge(parent, name)
-    order = list(nx.lexicographical_topological_sort(g, key=lambda name: name.split("/", 1)[-1]))  # as Graph.order()
+    try:
+        order = list(nx.lexicographical_topological_sort(g, key=lambda name: name.split("/", 1)[-1]))  # as Graph.order()
+    except nx.NetworkXUnfeasible:
+        cycle = [u for u, _ in nx.find_cycle(g)]
+        raise ValueError(f"{path}: the nodes' parents form a cycle ({' -> '.join(json.dumps(c) for c in cycle[:6])})") from None
     ids = {name: f"n{i}" for i, name in enumerate(order)}
     nodes, edges = [], []
     for name in order:

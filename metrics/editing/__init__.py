@@ -2,7 +2,6 @@
 
 Resources: ``model`` (the edited checkpoint) and ``base_model`` (the original); the
 providers in :mod:`.providers` derive ``weight_deltas`` and ``manipulated_layers`` from
-them. Importing this package registers the providers and metrics.
+them. Each module registers what it declares when imported; ``register_builtin``
+imports them all.
 """
-
-from . import causal_trace, efficacy, perplexity, providers, weight_delta_norm  # noqa: F401  (they register)

@@ -1,19 +1,19 @@
 """Word-embedding fairness metrics with WEFE 1.0.1's numbers (WEAT, RND, RNSB, MAC, ECT, RIPA).
 
-One module per metric holds its formula (a pure function of a ``QueryLookup``), its
-graph node(s) and its builder, registered by name in ``registry``. Shared pieces:
+One module per metric holds its formula (a pure function of a ``QueryLookup``) and
+its graph node, declared once with ``registry.fairness_metric`` (the engine metric and
+its entry in the name -> builder registry). Shared pieces:
 ``vectors`` (``WordVectors``), ``embeddings`` (loading them, the ``embeddings``
 resource), ``query`` (``Query``), ``lookup`` (WEFE's word -> vector lookup),
 ``word_sets`` (the set and lookup nodes), ``cosine`` (WEFE's cosine recipes),
 ``logistic`` (liblinear's solver, for RNSB) and ``wefe_compat`` (WEFE's API on top).
 ``docs/fairness-notes.md`` lists the WEFE quirks kept for fidelity.
 
-Importing the package imports every module in it, so a metric module registers itself
-just by being here: adding a metric is one file (and its test), see docs/fairness.md.
+A metric module registers itself just by being here: ``evaldag.metrics``'
+``register_builtin`` imports every module of the library (as for every other family),
+and the registry asks for that before it answers. Adding a metric is one file (and
+its test), see docs/fairness.md.
 """
-
-import importlib
-import pkgutil
 
 from .ect import ect
 from .embeddings import as_word_vectors, load_embeddings
@@ -26,9 +26,6 @@ from .rnd import rnd
 from .rnsb import rnsb
 from .vectors import WordVectors
 from .weat import weat
-
-for _module in pkgutil.iter_modules(__path__):  # the rest: a new metric's module registers on import
-    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "LookupOptions",

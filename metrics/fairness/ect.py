@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ...engine import Node, Result, metric
+from ...engine import Result
 from .cosine import cosine_distance_matrix
 from .lookup import QueryLookup
-from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .registry import as_result, check_lookup, fairness_metric, nan_result
 from .word_sets import VERSION, lookup_from_value
 
 
@@ -43,13 +43,8 @@ def ect(lookup: QueryLookup) -> dict[str, Any]:
     }
 
 
-# -- the node and its builder ----------------------------------------------------------------
-@metric("wefe_ect", version=VERSION, parents=given_by_builder)
+# -- the node (its one declaration: engine metric and registry entry) -------------------------
+@fairness_metric("ECT", node="wefe_ect", version=VERSION, template=(2, 1), order=50, nan_fields={"ect": math.nan})
 def ect_node(lookup: dict[str, Any]) -> Result:
     """Embedding Coherence Test: Spearman's rho of the two targets' similarity profiles."""
     return as_result(ect(lookup_from_value(lookup)))
-
-
-@fairness_metric("ECT", template=(2, 1), order=50, nan_fields={"ect": math.nan})
-def build_ect(b: Build) -> Node:
-    return ect_node(parents={"lookup": b.lookup})

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ...engine import Node, Result, metric
+from ...engine import Result
 from .cosine import cosine_distance_matrix
 from .lookup import QueryLookup
-from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .registry import as_result, check_lookup, fairness_metric, nan_result
 from .word_sets import VERSION, lookup_from_value
 
 
@@ -44,13 +44,9 @@ def mac(lookup: QueryLookup) -> dict[str, Any]:
     }
 
 
-# -- the node and its builder ----------------------------------------------------------------
-@metric("wefe_mac", version=VERSION, parents=given_by_builder)
+# -- the node (its one declaration: engine metric and registry entry) -------------------------
+@fairness_metric("MAC", node="wefe_mac", version=VERSION, template=("n", "n"), order=40,
+                 nan_fields={"mac": math.nan, "targets_eval": {}})
 def mac_node(lookup: dict[str, Any]) -> Result:
     """Mean Average Cosine: the mean cosine *distance* of target words to attribute sets."""
     return as_result(mac(lookup_from_value(lookup)))
-
-
-@fairness_metric("MAC", template=("n", "n"), order=40, nan_fields={"mac": math.nan, "targets_eval": {}})
-def build_mac(b: Build) -> Node:
-    return mac_node(parents={"lookup": b.lookup})

@@ -1,12 +1,14 @@
 """What a fairness metric is, and the name -> builder registry that turns queries into nodes.
 
 Each metric module (``weat.py``, ``rnd.py``, ``rnsb.py``, ``mac.py``, ``ect.py``,
-``ripa.py``) holds its formula, declares its node(s) with the engine's ``@metric`` and
-registers itself here with :func:`fairness_metric`: its WEFE name (the key in
-``WEAT_EVAL.json`` and the word ``--metrics`` takes), its template, the fields of
-WEFE's NaN result, its options class and the builder that wires its node onto a
-query's lookup node. Nothing else lists the metrics: ``metric_names()``, template
-checks, NaN results, ``MetricSettings`` and ``query_nodes`` all read the registry.
+``ripa.py``) holds its formula and declares its node once, with :func:`fairness_metric`:
+the engine's ``@metric`` declaration (node name, version, params) and, in the same
+call, its entry here: its WEFE name (the key in ``WEAT_EVAL.json`` and the word
+``--metrics`` takes), its template, the fields of WEFE's NaN result, its options class
+and how its node is wired onto a query's lookup node. Nothing else lists the metrics:
+``metric_names()``, template checks, NaN results, ``MetricSettings`` and
+``query_nodes`` all read the registry, which is filled as the engine's is (a module
+registers on import, and the ``evaldag.metrics`` entry points import every module).
 
 ``query_nodes`` is what the WEAT benchmark and the WEFE facade both call. It checks
 every (query, metric) pair against the metric's template *before* building anything,
@@ -26,7 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from ...engine import Node, Params, Result
+from ...engine import Node, Params, Result, metric
+from ...engine.declare import REGISTRY, MetricDef, NoParams
 from .lookup import LookupOptions, QueryLookup
 from .query import Query
 from .word_sets import Source, lookup_node, set_node
@@ -66,6 +69,7 @@ class FairnessMetric:
     build: Callable[[Build], Node]
     options: type[Params] | None = None
     order: int = 100
+    node: str = ""
 
     @property
     def key(self) -> str:
@@ -85,21 +89,40 @@ def given_by_builder(params: Any) -> dict[str, Any]:
     return {}
 
 
+def _on_lookup(b: Build, node: MetricDef) -> Node:
+    """The default wiring: the query's lookup node is the only parent; the options are the params."""
+    return node(parents={"lookup": b.lookup}, **(b.options.model_dump() if b.options is not None else {}))
+
+
 def fairness_metric(
-    name: str, *, template: tuple[int | str, int | str], nan_fields: Mapping[str, Any],
-    options: type[Params] | None = None, order: int = 100,
-) -> Callable[[Callable[[Build], Node]], Callable[[Build], Node]]:
-    """Register the decorated builder as metric ``name`` (WEFE's metrics use order 10..60)."""
-    def wrap(build: Callable[[Build], Node]) -> Callable[[Build], Node]:
+    name: str, *, node: str, version: str, template: tuple[int | str, int | str], nan_fields: Mapping[str, Any],
+    params: type[Params] | None = None, options: type[Params] | None = None, order: int = 100,
+    build: Callable[[Build, MetricDef], Node] = _on_lookup, register: bool = True,
+) -> Callable[[Callable[..., Any]], MetricDef]:
+    """Declare the decorated function as fairness metric ``name``, once.
+
+    It becomes the engine metric ``node`` (``@metric(node, version=..., params=...)``,
+    parents given by ``build``; ``register=False`` keeps it out of the engine's registry,
+    as for ``@metric``) and the registry's entry ``name``: ``template``, ``nan_fields``,
+    ``options`` (the class users set through ``MetricSettings``; default: ``params``),
+    ``order`` (WEFE's metrics use 10..60) and ``build(b, node)``, which returns the
+    configured node for one query (default: the lookup node as its one parent, the
+    options as its params).
+    """
+    def wrap(fn: Callable[..., Any]) -> MetricDef:
+        declared = metric(node, version=version, params=params or NoParams, parents=given_by_builder,
+                          register=register)(fn)
         old = _REGISTRY.get(name)
-        if old is not None and (old.build.__module__, old.build.__qualname__) != (build.__module__, build.__qualname__):
-            raise ValueError(f"fairness metric {name!r} is already registered by {old.build.__module__}")
-        _REGISTRY[name] = FairnessMetric(name, tuple(template), dict(nan_fields), build, options, order)
-        return build
+        if old is not None and old.node != node:
+            raise ValueError(f"fairness metric {name!r} is already registered by node {old.node!r}")
+        _REGISTRY[name] = FairnessMetric(name, tuple(template), dict(nan_fields), lambda b: build(b, declared),
+                                         options if options is not None else params, order, node)
+        return declared
     return wrap
 
 
 def _registered() -> list[FairnessMetric]:
+    REGISTRY.load_entry_points()  # every module of the library (and a plugin's) has declared its metrics
     return sorted(_REGISTRY.values(), key=lambda m: m.order)  # stable: ties keep registration order
 
 
@@ -109,6 +132,8 @@ def metric_names() -> tuple[str, ...]:
 
 
 def get(name: str) -> FairnessMetric:
+    if name not in _REGISTRY:
+        REGISTRY.load_entry_points()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -193,7 +218,7 @@ class MetricSettings(BaseModel):
     def _validate_options(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        by_key = {m.key: m for m in _REGISTRY.values()}
+        by_key = {m.key: m for m in _registered()}
         out = {}
         for key, value in data.items():
             m = by_key.get(key)

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...engine import Node, Params, Result, metric
+from ...engine import Params, Result
 from .lookup import QueryLookup
-from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .registry import as_result, check_lookup, fairness_metric, nan_result
 from .word_sets import VERSION, lookup_from_value
 
 
@@ -79,18 +79,13 @@ def ripa(lookup: QueryLookup, *, pairing: str = "wefe") -> dict[str, Any]:
     }
 
 
-# -- the node and its builder ----------------------------------------------------------------
+# -- the node (its one declaration: engine metric and registry entry) -------------------------
 class RipaParams(Params):
     pairing: Literal["wefe", "query"] = "wefe"
 
 
-@metric("wefe_ripa", version=VERSION, parents=given_by_builder, params=RipaParams)
+@fairness_metric("RIPA", node="wefe_ripa", version=VERSION, params=RipaParams, template=(2, 1), order=60,
+                 nan_fields={"ripa": math.nan, "word_values": math.nan})
 def ripa_node(lookup: dict[str, Any], params: RipaParams) -> Result:
     """Relational Inner Product Association over paired target words."""
     return as_result(ripa(lookup_from_value(lookup), pairing=params.pairing))
-
-
-@fairness_metric("RIPA", template=(2, 1), options=RipaParams, order=60,
-                 nan_fields={"ripa": math.nan, "word_values": math.nan})
-def build_ripa(b: Build) -> Node:
-    return ripa_node(parents={"lookup": b.lookup}, **b.options.model_dump())

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...engine import Node, Params, Result, metric
+from ...engine import Params, Result
 from .cosine import cosine_matrix
 from .lookup import QueryLookup
-from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .registry import as_result, check_lookup, fairness_metric, nan_result
 from .word_sets import VERSION, lookup_from_value
 
 
@@ -51,18 +51,13 @@ def rnd(lookup: QueryLookup, *, distance: str = "norm") -> dict[str, Any]:
     }
 
 
-# -- the node and its builder ----------------------------------------------------------------
+# -- the node (its one declaration: engine metric and registry entry) -------------------------
 class RndParams(Params):
     distance: Literal["norm", "cos"] = "norm"
 
 
-@metric("wefe_rnd", version=VERSION, parents=given_by_builder, params=RndParams)
+@fairness_metric("RND", node="wefe_rnd", version=VERSION, params=RndParams, template=(2, 1), order=20,
+                 nan_fields={"rnd": math.nan, "distance_by_word": {}})
 def rnd_node(lookup: dict[str, Any], params: RndParams) -> Result:
     """Relative Norm Distance ('norm': Euclidean; 'cos': cosine *similarity*, WEFE's naming)."""
     return as_result(rnd(lookup_from_value(lookup), distance=params.distance))
-
-
-@fairness_metric("RND", template=(2, 1), options=RndParams, order=20,
-                 nan_fields={"rnd": math.nan, "distance_by_word": {}})
-def build_rnd(b: Build) -> Node:
-    return rnd_node(parents={"lookup": b.lookup}, **b.options.model_dump())

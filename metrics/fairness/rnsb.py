@@ -46,10 +46,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from ...engine import Node, Params, Result, metric
+from ...engine import Params, Result
 from .logistic import fit_logistic_exact, fit_logistic_tron
 from .lookup import QueryLookup
-from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
+from .registry import as_result, check_lookup, fairness_metric, nan_result
 from .word_sets import VERSION, lookup_from_value
 
 __all__ = ["RnsbIterationError", "RnsbParams", "predict_negative_proba", "rnsb", "stratified_holdout"]
@@ -226,7 +226,7 @@ def rnsb(
     }
 
 
-# -- the node and its builder ----------------------------------------------------------------
+# -- the node (its one declaration: engine metric and registry entry) -------------------------
 class RnsbParams(Params):
     random_state: int | None = 0  # None: a seed drawn once, recorded, then cached like any
     holdout: bool = True
@@ -234,16 +234,11 @@ class RnsbParams(Params):
     solver: Literal["liblinear", "exact"] = "liblinear"
 
 
-@metric("wefe_rnsb", version=VERSION, parents=given_by_builder, params=RnsbParams)
+@fairness_metric("RNSB", node="wefe_rnsb", version=VERSION, params=RnsbParams, template=("n", 2), order=30, nan_fields={
+    "rnsb": math.nan, "negative_sentiment_probabilities": {}, "negative_sentiment_distribution": {}})
 def rnsb_node(lookup: dict[str, Any], params: RnsbParams) -> Result:
     """Relative Negative Sentiment Bias: KL divergence of P(negative) over target words."""
     return as_result(rnsb(
         lookup_from_value(lookup), random_state=params.random_state, holdout=params.holdout,
         n_iterations=params.n_iterations, solver=params.solver,
     ))
-
-
-@fairness_metric("RNSB", template=("n", 2), options=RnsbParams, order=30, nan_fields={
-    "rnsb": math.nan, "negative_sentiment_probabilities": {}, "negative_sentiment_distribution": {}})
-def build_rnsb(b: Build) -> Node:
-    return rnsb_node(parents={"lookup": b.lookup}, **b.options.model_dump())

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...engine import Node, Params, Result, metric
+from ...engine.declare import MetricDef
 from .cosine import cosine_matrix
 from .lookup import QueryLookup
 from .registry import Build, as_result, check_lookup, fairness_metric, given_by_builder, nan_result
@@ -160,7 +161,35 @@ class WeatParams(Params):
     return_effect_size: bool = False
 
 
-@metric("wefe_weat", version=VERSION, parents=given_by_builder, params=WeatParams)
+# -- the builder and the node (its one declaration: engine metric and registry entry) --------
+class WeatOptions(Params):
+    return_effect_size: bool = False
+    calculate_p_value: bool = True
+    p_value: PValueParams = PValueParams()
+
+
+def weat_s_node(target: Sequence[str], attr_a: Sequence[str], attr_b: Sequence[str],
+                set_node: Callable[[Sequence[str]], Node]) -> Node:
+    """s(w, A, B) for the words of ``target``, from cos(T, A) and cos(T, B)."""
+    t = set_node(target)
+    cos_a = cosine(parents={"x": t, "y": set_node(attr_a)})
+    cos_b = cosine(parents={"x": t, "y": set_node(attr_b)})
+    return weat_s(parents={"cos_a": cos_a, "cos_b": cos_b})
+
+
+def build_weat(b: Build, weat_node: MetricDef) -> Node:
+    """Four set lookups, four cosine matrices, two s vectors; effect size, p-value and WEAT on them."""
+    (t1, t2), (a, a2) = b.query.target_sets, b.query.attribute_sets
+    s = {"s1": weat_s_node(t1, a, a2, b.set_node), "s2": weat_s_node(t2, a, a2, b.set_node)}
+    lk = b.lookup
+    parents: dict[str, Any] = {"lookup": lk, **s, "effect_size": weat_effect_size_node(parents={"lookup": lk, **s})}
+    if b.options.calculate_p_value:
+        parents["p_value"] = weat_p_value_node(parents={"lookup": lk, **s}, **b.options.p_value.model_dump())
+    return weat_node(parents=parents, return_effect_size=b.options.return_effect_size)
+
+
+@fairness_metric("WEAT", node="wefe_weat", version=VERSION, params=WeatParams, options=WeatOptions, build=build_weat,
+                 template=(2, 2), order=10, nan_fields={"weat": math.nan, "effect_size": math.nan, "p_value": math.nan})
 def weat_node(
     lookup: dict[str, Any], s1: np.ndarray, s2: np.ndarray, effect_size: Result,
     params: WeatParams, p_value: Result | None = None,
@@ -185,32 +214,3 @@ def weat_node(
             t2.name: dict(zip(t2.found, np.asarray(s2).tolist(), strict=True)),
         },
     })
-
-
-# -- the builder -----------------------------------------------------------------------------
-class WeatOptions(Params):
-    return_effect_size: bool = False
-    calculate_p_value: bool = True
-    p_value: PValueParams = PValueParams()
-
-
-def weat_s_node(target: Sequence[str], attr_a: Sequence[str], attr_b: Sequence[str],
-                set_node: Callable[[Sequence[str]], Node]) -> Node:
-    """s(w, A, B) for the words of ``target``, from cos(T, A) and cos(T, B)."""
-    t = set_node(target)
-    cos_a = cosine(parents={"x": t, "y": set_node(attr_a)})
-    cos_b = cosine(parents={"x": t, "y": set_node(attr_b)})
-    return weat_s(parents={"cos_a": cos_a, "cos_b": cos_b})
-
-
-@fairness_metric("WEAT", template=(2, 2), options=WeatOptions, order=10,
-                 nan_fields={"weat": math.nan, "effect_size": math.nan, "p_value": math.nan})
-def build_weat(b: Build) -> Node:
-    """Four set lookups, four cosine matrices, two s vectors; effect size, p-value and WEAT on them."""
-    (t1, t2), (a, a2) = b.query.target_sets, b.query.attribute_sets
-    s = {"s1": weat_s_node(t1, a, a2, b.set_node), "s2": weat_s_node(t2, a, a2, b.set_node)}
-    lk = b.lookup
-    parents: dict[str, Any] = {"lookup": lk, **s, "effect_size": weat_effect_size_node(parents={"lookup": lk, **s})}
-    if b.options.calculate_p_value:
-        parents["p_value"] = weat_p_value_node(parents={"lookup": lk, **s}, **b.options.p_value.model_dump())
-    return weat_node(parents=parents, return_effect_size=b.options.return_effect_size)

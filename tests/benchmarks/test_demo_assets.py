@@ -19,7 +19,9 @@ import math
 
 import pytest
 
-from evaldag.benchmarks.demo import ASSETS, authors, make_assets
+from evaldag.benchmarks.demo import ASSETS
+
+from ..asset_builders.demo import authors, make_assets
 
 DATA = ASSETS / "data"
 MODELS = ASSETS / "models"

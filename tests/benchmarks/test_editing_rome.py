@@ -9,7 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evaldag.benchmarks.editing import make_tracer, spec
+from evaldag.benchmarks.editing import spec
+
+from ..asset_builders.editing import make_tracer
 from evaldag.benchmarks.editing.config import EditingConfig
 from evaldag.benchmarks.editing.make_edit import main, make_edited_checkpoint
 from evaldag.benchmarks.editing.rome_edit import RIDGE, _key, key_covariance, rome_update

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from evaldag.benchmarks.editing import make_tracer, spec
+from evaldag.benchmarks.editing import spec
 from evaldag.benchmarks.editing.config import ALL_METRICS, EditingConfig
 from evaldag.benchmarks.editing.make_edit import make_edited_checkpoint
 from evaldag.engine import run
 
+from ..asset_builders.editing import make_tracer
 from ..editing_reference import rome_trace
 
 TRACER = make_tracer.TRACER
@@ -67,7 +68,7 @@ def test_architecture_is_shaped_as_documented():
 
 def test_builder_runs_end_to_end_on_a_short_fit(tmp_path, monkeypatch):
     """The whole builder in one epoch: the loaded-tokenizer check passes, the MLP-less blocks stay zero."""
-    from evaldag.benchmarks.demo.training import deterministic_torch
+    from ..asset_builders.demo.training import deterministic_torch
 
     monkeypatch.setitem(make_tracer.TRAIN, "epochs", 1)
     with deterministic_torch():

@@ -50,7 +50,7 @@ def test_hf_run_then_warm_rerun(tmp_path, capsys):
 def test_sampling_gives_each_attempt_its_own_seed(tmp_path):
     """--do-sample: repetitions are distinct requests, and the same seed gives the same answers."""
     from evaldag.benchmarks.probes.generators import from_spec
-    from evaldag.benchmarks.probes.nodes import attempt_seed
+    from evaldag.metrics.probes.nodes import attempt_seed
     from evaldag.benchmarks.probes.spec import ProbesConfig, nodes
     from evaldag.engine import run
 

@@ -278,7 +278,7 @@ def test_encode_completion():
 
 
 def test_fingerprints_follow_content(tmp_path, cache_dir):
-    from evaldag.engine.adapters.testing import save_tiny_model
+    from ..tiny_models import save_tiny_model
 
     a = save_tiny_model(tmp_path / "a", tokenizer=tokenizer(), seed=0)
     b = save_tiny_model(tmp_path / "b", tokenizer=tokenizer(), seed=0)
@@ -350,7 +350,7 @@ def test_fixture_checkpoint_reproduces_open_unlearning_avg_loss(cache_dir):
 @functools.lru_cache(maxsize=None)
 def pad_is_eos(style: str):
     """(model, tokenizer) whose tokenizer has no pad token of its own (pad becomes eos)."""
-    from evaldag.engine.adapters.testing import EOS, EOT, tiny_gpt2, tiny_llama, tiny_tokenizer
+    from ..tiny_models import EOS, EOT, tiny_gpt2, tiny_llama, tiny_tokenizer
 
     if style == "gpt2":
         tok, build = tiny_tokenizer(qa_texts(), bos=EOS, pad=None), tiny_gpt2
@@ -484,7 +484,7 @@ def test_reference_mask_grad_norm_and_hidden_states():
 
 
 def test_mask_mode_is_in_the_fingerprint_only_where_it_matters(tmp_path):
-    from evaldag.engine.adapters.testing import EOS, EOT, save_tiny_model, tiny_tokenizer
+    from ..tiny_models import EOS, EOT, save_tiny_model, tiny_tokenizer
 
     def fps(path):
         return [HFModel(path, dtype="fp32", attention_mask=mode).fingerprint() for mode in ("reference", "padding")]

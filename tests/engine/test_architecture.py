@@ -1,39 +1,94 @@
-"""docs/architecture.md names every module of the engine and every metric and benchmark package.
+"""docs/architecture.md is true: it names every module by its full path, and the layering it
+draws is the one the imports follow.
 
-A newcomer reads that page first; a module it does not name is a module nobody explained.
+A newcomer reads that page first; a module it does not name is a module nobody explained,
+and an arrow it draws that the code does not follow sends them the wrong way. Names are
+checked as full paths under the section's folder (``cache/requests.py`` is
+``engine/cache/requests.py``; naming ``requests.py`` covers ``engine/requests.py`` only),
+and imports are read from the source with an AST scan (``test_import_cycles.import_graph``:
+relative imports resolved to ``evaldag.*`` module names), not by eye.
 """
 
+import functools
 import re
+import tomllib
 from pathlib import Path
+
+import pytest
+
+from .test_import_cycles import import_graph as _scan
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "architecture.md").read_text()
-NAMED = set(re.findall(r"`([\w/]+\.py|[\w]+/)`", PAGE))
+TOPS = ("engine", "metrics", "benchmarks")
+import_graph = functools.cache(_scan)  # one AST scan for the whole file
+_NAME = re.compile(r"`([\w/]+\.py|[\w/]+/)`")
 
 
-def test_every_engine_module_is_named():
+def _sections() -> dict[str | None, set[str]]:
+    """Backticked module / folder names, by the folder their section's heading names.
+
+    Under ``### engine/`` a name is a path inside ``engine/`` (likewise ``metrics/`` and
+    ``benchmarks/``); elsewhere (the picture, the walk through a run) a name may be a path
+    inside any of the three or inside the repository.
+    """
+    out: dict[str | None, set[str]] = {None: set()}
+    top = None
+    for line in PAGE.splitlines():
+        if m := re.match(r"#{2,3} (\S+)", line):
+            word = m.group(1).rstrip("/")
+            top = word if line.startswith("### ") and word in TOPS else None
+            out.setdefault(top, set())
+        out[top].update(_NAME.findall(line))
+    return out
+
+
+NAMED = _sections()
+
+
+def _under(top: str) -> set[str]:
+    return NAMED.get(top, set())
+
+
+def test_every_engine_module_is_named_by_its_full_path():
+    named = _under("engine")
     missing = []
     for f in sorted((ROOT / "engine").rglob("*.py")):
-        if f.name == "__init__.py" and f.parent != ROOT / "engine":
-            continue  # a package is named by its folder
         rel = f.relative_to(ROOT / "engine")
-        if f.name not in NAMED and str(rel) not in NAMED:
-            missing.append(str(rel))
-        if len(rel.parts) > 1 and f"{rel.parts[0]}/" not in NAMED:
+        if f.name == "__init__.py" and len(rel.parts) > 1:
+            continue  # a package is named by its folder
+        if rel.as_posix() not in named:
+            missing.append(rel.as_posix())
+        if len(rel.parts) > 1 and f"{rel.parts[0]}/" not in named:
             missing.append(f"{rel.parts[0]}/")
-    assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
+    assert not missing, f"docs/architecture.md (### engine/) does not name: {sorted(set(missing))}"
 
 
-def test_every_metric_and_benchmark_package_is_named():
-    missing = [f"{d.name}/" for top in ("metrics", "benchmarks") for d in sorted((ROOT / top).iterdir())
-               if d.is_dir() and (d / "__init__.py").exists() and f"{d.name}/" not in NAMED]
+def test_every_metric_and_benchmark_package_is_named_in_its_section():
+    missing = [f"{top}/{d.name}/" for top in ("metrics", "benchmarks") for d in sorted((ROOT / top).iterdir())
+               if d.is_dir() and (d / "__init__.py").exists() and f"{d.name}/" not in _under(top)]
     assert not missing, f"docs/architecture.md does not name: {missing}"
 
 
-def test_the_page_names_no_module_that_does_not_exist():
-    files = {f.name for top in ("engine", "metrics", "benchmarks") for f in (ROOT / top).rglob("*.py")}
-    gone = sorted(n for n in NAMED if n.endswith(".py") and not n.startswith("tests/") and Path(n).name not in files)
-    assert not gone, f"docs/architecture.md names modules that no longer exist: {gone}"
+def _exists(name: str, bases: list[Path]) -> bool:
+    return any((b / name).is_dir() if name.endswith("/") else (b / name).is_file() for b in bases)
+
+
+def test_the_page_names_only_paths_that_exist():
+    """Every name is a real path: a per-folder claim ("each benchmark has a config.py") cannot hide here."""
+    gone = []
+    for top, names in NAMED.items():
+        bases = [ROOT / top] if top else [ROOT, *(ROOT / t for t in TOPS)]
+        gone += [f"{top or '(anywhere)'}: {n}" for n in sorted(names) if not _exists(n, bases)]
+    assert not gone, f"docs/architecture.md names paths that do not exist: {gone}"
+
+
+def test_the_page_names_are_read_by_section():
+    """The check above can fail: it reads the page's three tables under their own folders."""
+    assert "cache/requests.py" in _under("engine") and "requests.py" in _under("engine")
+    assert "unlearning/scoring.py" in _under("metrics")
+    assert "tofu/benchmark.py" in _under("benchmarks")
+    assert _exists("cache/requests.py", [ROOT / "engine"]) and not _exists("config.py", [ROOT / "benchmarks"])
 
 
 def test_tests_mirror_the_tree():
@@ -46,6 +101,70 @@ def test_tests_mirror_the_tree():
 
 def test_modules_stay_small():
     """One job per module: none grows past 400 lines (split by concern instead)."""
-    big = sorted(f"{f.relative_to(ROOT)} ({n})" for top in ("engine", "metrics", "benchmarks") for f in (ROOT / top).rglob("*.py")
+    big = sorted(f"{f.relative_to(ROOT)} ({n})" for top in TOPS for f in (ROOT / top).rglob("*.py")
                  if (n := len(f.read_text().splitlines())) > 400)
     assert not big, big
+
+
+# -- the layering the page draws ------------------------------------------------------------
+def _edges(src: str, dst: str) -> list[str]:
+    """Imports from modules under ``src`` to modules under ``dst`` (``evaldag.engine.render`` ...)."""
+    inside = lambda m, p: m == p or m.startswith(p + ".")  # noqa: E731
+    return sorted(f"{a} -> {b}" for a, b in import_graph().edges if inside(a, src) and inside(b, dst))
+
+
+def test_the_core_knows_nothing_of_running_and_running_nothing_of_drawing():
+    """The page: `declare`/`graph`/`fingerprint` know nothing of running; `run`/`executor`/`cache` nothing of drawing."""
+    e = "evaldag.engine"
+    bad = [x for core in ("declare", "graph", "fingerprint")
+           for up in ("run", "executor", "cache", "adapters", "distributed", "outputs", "render", "cli", "benchmark")
+           for x in _edges(f"{e}.{core}", f"{e}.{up}")]
+    bad += [x for low in ("run", "executor", "cache") for up in ("render", "cli", "benchmark", "outputs")
+            for x in _edges(f"{e}.{low}", f"{e}.{up}")]
+    assert not bad, bad
+
+
+def test_the_arrows_the_page_corrected():
+    """`distributed/sharded.py` imports the executor (not the reverse); `outputs/` does not import `run.py`."""
+    e = "evaldag.engine"
+    assert _edges(f"{e}.distributed.sharded", f"{e}.executor")
+    assert not _edges(f"{e}.executor", f"{e}.distributed")
+    assert not _edges(f"{e}.outputs", f"{e}.run")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 items 1/2: pending")
+def test_render_is_a_leaf():
+    """`render/` draws a plain view model: it imports nothing of evaldag outside itself."""
+    r = "evaldag.engine.render"
+    out = [x for x in _edges(r, "evaldag") if not x.split(" -> ")[1].startswith(r)]
+    assert not out, "render/ imports outside itself:\n" + "\n".join(out)
+
+
+def _benchmark_leaves() -> set[str]:
+    """The plugins: the first name under ``benchmarks/`` of each benchmark and command entry point."""
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    values = [*eps["evaldag.benchmarks"].values(), *eps.get("evaldag.commands", {}).values()]
+    return {v.split(":")[0].split(".")[2] for v in values if v.startswith("evaldag.benchmarks.")}
+
+
+def test_the_benchmark_leaves_are_read_from_the_entry_points():
+    assert {"tofu", "muse", "weat", "editing", "probes", "toy", "demo"} <= _benchmark_leaves()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 items 1/2: pending")
+def test_benchmarks_import_the_shared_layer_never_each_other():
+    """Inside benchmarks/: shared layer <- leaves. A leaf (a benchmark or command package) imports
+    itself and the shared modules beside it; the shared layer imports no leaf; no leaf imports another."""
+    leaves = _benchmark_leaves()
+
+    def leaf(mod: str) -> str | None:
+        parts = mod.split(".")
+        return parts[2] if len(parts) > 2 and parts[2] in leaves else None
+
+    bad = []
+    for a, b in import_graph().edges:
+        if a.startswith("evaldag.benchmarks") and b.startswith("evaldag.benchmarks"):
+            la, lb = leaf(a), leaf(b)
+            if lb is not None and la != lb:
+                bad.append(f"{a} -> {b}" + ("  (shared -> leaf)" if la is None else "  (leaf -> leaf)"))
+    assert not bad, "benchmarks/ imports against the layering:\n" + "\n".join(sorted(bad))

@@ -188,3 +188,34 @@ def test_a_closed_stdout_ends_quietly_and_sigpipe_stays_ignored(capsys):
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert cli.main(["list"]) == 0 and "tofu" in capsys.readouterr().out
     assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+
+
+_MODULES_AFTER = """
+import sys
+from evaldag.engine.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    f.write("\\n".join(sorted(m for m in sys.modules if m.startswith("evaldag.benchmarks"))))
+raise SystemExit(code)
+"""
+
+
+def test_run_toy_imports_no_other_benchmark_or_command_module(tmp_path):
+    """`evaldag run toy` imports the toy plugin and nothing else of benchmarks/: no command
+    module (the demo, which runs TOFU) is loaded unless that command is run."""
+    seen = tmp_path / "modules.txt"
+    cmd = [sys.executable, "-c", _MODULES_AFTER, str(seen), "run", "toy", "--quiet",
+           "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text().split("\n") == ["evaldag.benchmarks", "evaldag.benchmarks.toy"]
+
+
+def test_a_command_module_is_loaded_for_its_own_command_and_top_level_help(capsys):
+    """`evaldag demo --help` and `evaldag --help` show the demo command (its HELP is read then)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", "--help"])
+    assert e.value.code == 0 and "--no-report" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0 and "evaluate the three bundled checkpoints on TOFU, offline" in " ".join(capsys.readouterr().out.split())

@@ -217,3 +217,30 @@ def test_scorer_multiple_rounds(tmp_path):
     (g,) = adapter.run_batch([Generate(tuple(enc.encode("Q: hi", add_special_tokens=False)), GenerationSettings(max_new_tokens=5))])
     (s,) = adapter.run_batch([TokenStats(tuple(enc.encode("Q: hi", add_special_tokens=False)), tuple(int(t) for t in g.token_ids))])
     assert res["t"].extra["text"] == g.text and res["t"].agg_value == pytest.approx(float(s.logprob.sum()))
+
+
+def test_one_way_in_for_the_cache_and_the_executors_settings(tmp_path):
+    """run() refuses contradictions instead of silently dropping one side: cache= with
+    cache_dir=, or an executor together with progress / batch_tokens / deterministic
+    that differ from its own. Settings equal to the executor's are no contradiction, and
+    a deterministic executor marks the fingerprints deterministic without the flag."""
+    from evaldag.engine.executor import Executor
+
+    data = {"data": [1, 2, 3]}
+    with pytest.raises(TypeError, match=r"run\(\): pass cache= or cache_dir=, not both"):
+        run(graph(), data, cache=tmp_path, cache_dir=tmp_path)
+    ex = Executor(batch_tokens=64)
+    for kw, said in [({"batch_tokens": 128}, "batch_tokens=128"), ({"progress": True}, "progress=True"),
+                     ({"deterministic": True}, "deterministic=True")]:
+        with pytest.raises(TypeError) as e:
+            run(graph(), data, cache=tmp_path, executor=ex, **kw)
+        assert str(e.value).startswith(f"run(): {said} contradicts the executor given") and "Executor(" in str(e.value)
+    assert CALLS == {}  # refused before any work
+    res = run(graph(), data, cache=tmp_path, executor=ex, batch_tokens=64, progress=False)
+    assert res.ok and res.provenance["execution"] == {"deterministic": False, "batch_tokens": 64}
+    scored = lambda: ([r_nll(name="n")], {"model": ToyModel(seed=1), "data": ROWS})  # noqa: E731
+    det = run(*scored(), cache=tmp_path, executor=Executor(deterministic=True))
+    assert det.provenance["execution"]["deterministic"] is True
+    plain = run(*scored(), cache=tmp_path)
+    assert [r.status for r in plain.records.values()] == ["computed"] * 2  # cached apart from the deterministic run
+    assert {r.fingerprint for r in det.records.values()}.isdisjoint(r.fingerprint for r in plain.records.values())

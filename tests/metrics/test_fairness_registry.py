@@ -1,31 +1,32 @@
 """The fairness registry: WEFE's six metrics by name, and a new metric declared in one place.
 
 ``test_a_metric_declared_in_one_place_runs`` is the recipe of docs/fairness.md "Adding a
-metric": formula, node and builder together, nothing else edited. It registers into a
+metric": formula and one declaration (engine node and registry entry), nothing else edited. It registers into a
 copy of the registry so other tests still see exactly WEFE's six.
 """
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from evaldag.engine import Node, Result, metric, run
+from evaldag.engine import Result, run
+from evaldag.engine.declare import REGISTRY
 from evaldag.metrics.fairness import registry
 from evaldag.metrics.fairness.cosine import cosine_matrix
 from evaldag.metrics.fairness.embeddings import WordVectorsResource
 from evaldag.metrics.fairness.lookup import QueryLookup
 from evaldag.metrics.fairness.registry import (
-    Build,
     MetricSettings,
     TemplateError,
     as_result,
     check_lookup,
     fairness_metric,
     fitting_metrics,
-    given_by_builder,
     metric_names,
     nan_result,
     query_nodes,
@@ -47,6 +48,22 @@ def test_wefe_metrics_are_registered_in_wefe_order_with_wefe_templates():
     assert fitting_metrics((3, 2)) == ["RNSB", "MAC"]
     with pytest.raises(ValueError, match="unknown WEFE metric 'XYZ'; known: WEAT, RND"):
         registry.get("XYZ")
+
+
+def test_each_fairness_metric_is_declared_once():
+    """One declaration per metric: the registry entry names the engine node its own
+    decorator declared, and no module declares that node a second time with @metric."""
+    nodes = {m: registry.get(m).node for m in metric_names()}
+    assert nodes == {"WEAT": "wefe_weat", "RND": "wefe_rnd", "RNSB": "wefe_rnsb", "MAC": "wefe_mac",
+                     "ECT": "wefe_ect", "RIPA": "wefe_ripa"}
+    for name, node in nodes.items():
+        declared = REGISTRY.get(node)
+        assert declared is not None and declared.fn.__module__ == f"evaldag.metrics.fairness.{name.lower()}"
+    folder = Path(registry.__file__).parent
+    by_metric = [dec.args[0].value for f in folder.glob("*.py") for d in ast.walk(ast.parse(f.read_text()))
+                 if isinstance(d, ast.FunctionDef) for dec in d.decorator_list
+                 if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "metric" and dec.args]
+    assert by_metric and not set(by_metric) & set(nodes.values()), by_metric
 
 
 def test_metric_settings_take_options_by_metric_name_and_default_the_rest():
@@ -73,13 +90,10 @@ def simgap(monkeypatch):
                       - np.mean(cosine_matrix(t2.vectors, a.vectors), dtype=np.float64))
         return {"query_name": lookup.query_name, "result": value, "sim_gap": value}
 
-    @metric("test_sim_gap", version=VERSION, parents=given_by_builder, register=False)
+    @fairness_metric("SIMGAP", node="test_sim_gap", version=VERSION, template=(2, 1),
+                     nan_fields={"sim_gap": math.nan}, register=False)
     def sim_gap_node(lookup: dict[str, Any]) -> Result:
         return as_result(sim_gap(lookup_from_value(lookup)))
-
-    @fairness_metric("SIMGAP", template=(2, 1), nan_fields={"sim_gap": math.nan})
-    def build_sim_gap(b: Build) -> Node:
-        return sim_gap_node(parents={"lookup": b.lookup})
 
 
 def test_a_metric_declared_in_one_place_runs(simgap, tmp_path):

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny_models (a test helper)
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tofu_tiny"
 
 
@@ -57,7 +59,7 @@ def pairs(n: int, dup_share: float, seed: int = 0) -> list[tuple[str, str]]:
 
 def build(tok, layers: int, hidden: int):
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.testing import tiny_llama
+    from tiny_models import tiny_llama
 
     return HFModel.from_pretrained_objects(tiny_llama(tok, layers=layers, hidden=hidden, seed=0), tok, f"llama-{layers}x{hidden}")
 
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from evaldag.engine.adapters.base import PromptTemplate
-    from evaldag.engine.adapters.testing import tiny_tokenizer
+    from tiny_models import tiny_tokenizer
     from evaldag.engine.requests import TokenStats
 
     torch.set_num_threads(args.threads)

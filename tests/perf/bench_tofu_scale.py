@@ -42,7 +42,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from evaldag.benchmarks.demo import authors  # noqa: E402 - after the environment above
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.asset_builders
+from tests.asset_builders.demo import authors  # noqa: E402 - after the environment above
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 TOKENIZER = FIX / "tiny-llama" / "target"

@@ -578,6 +578,113 @@ class Campaign:
             holder.kill()
             holder.wait()
 
+    # ---- issue 26: render (hostile run.json, deep graphs)
+    def render(self) -> None:
+        """A run folder with a hostile string in every field, drawn in every format; a 10,000-node chain.
+
+        Hostile: 'recovered' = drawn, and (in headless Chromium when installed) no element or
+        script of the payload in the DOM; an injection counts as a wrong result.
+        """
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_hostile", ROOT / "tests" / "engine" / "test_hostile_render.py")
+        hr = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hr)
+        d = self.trial_dir()
+        folder = hr.make_hostile_folder(d)
+        kind = "hostile run.json rendered (svg/html/mermaid/dot)"
+        for fmt in ("report", "svg", "html", "mermaid", "dot", "json"):
+            page = d / f"page-{fmt}.{ {'report': 'html', 'mermaid': 'mmd'}.get(fmt, fmt)}"
+            cmd = [EVALDAG, "report", str(folder), "--out", str(page)] if fmt == "report" else \
+                [EVALDAG, "graph", "--run", str(folder), "--format", fmt, "--out", str(page)]
+            proc = evaldag(cmd, timeout=300)
+            bad = ""
+            if proc.returncode == 0:
+                text = page.read_text()
+                if fmt in ("report", "svg", "html"):
+                    dom = hr.chromium_dom(d, page) if hr.CHROMIUM else text
+                    hits = hr.injected(dom) + (["script ran"] if 'data-pwned="1"' in dom else [])
+                    bad = f"{fmt}: {len(hits)} injected ({hits[0][:80] if hits else ''})" if hits else ""
+                elif fmt == "mermaid":
+                    odd = [ln for ln in text.splitlines() if not any(__import__("re").fullmatch(p, ln) for p in hr._MM_LINES)]
+                    bad = f"mermaid: {len(odd)} lines not the renderer's own ({odd[0][:60]!r})" if odd else ""
+                elif fmt == "dot" and "<script" in __import__("re").sub(r'"(?:[^"\\\n]|\\.)*"', '""', text):
+                    bad = "dot: text outside quoted strings"
+            self.classify(kind, proc, "injected" if bad else "clean", "clean", note=bad)
+        d = self.trial_dir()
+        code = ("import sys, time\nsys.path.insert(0, %r)\nimport test_deep_graphs as t\n"
+                "from evaldag.engine import Graph, run\nfrom evaldag.engine.render.svg import to_svg\n"
+                "from evaldag.engine.render.view import from_run_result\n"
+                "t0 = time.time()\nres = run(Graph([t.chain()]), {'data': [1, 2, 3]}, cache=%r)\n"
+                "v = res.value('step9999').agg_value\nsvg = to_svg(from_run_result(res))\n"
+                "print(v, svg.count('class=\"ed-edge\"'), round(time.time() - t0, 1))\n"
+                % (str(ROOT / "tests" / "engine"), str(Path("/dev/shm") / f"evaldag-campaign-{os.getpid()}")))
+        t = time.time()
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        shutil.rmtree(Path("/dev/shm") / f"evaldag-campaign-{os.getpid()}", ignore_errors=True)
+        got = proc.stdout.split()[:2]
+        self.classify("10,000-node chain", proc, got, ["10002.0", "9999"],
+                      note=f"{time.time() - t:.0f} s" + (f"; {proc.stderr.strip().splitlines()[-1][:120]}" if proc.returncode else ""))
+
+    # ---- issue 26: model loading/integrity
+    def hostile_models(self) -> None:
+        retain_w = FIX / "tiny-llama" / "retain" / "model.safetensors"
+        # 26.1: the weights replaced after fingerprinting (before load), then after the first batch;
+        # then the untouched original is run again on the same cache and must give the baseline
+        for when in ("load", "batch"):
+            d = self.trial_dir()
+            model = d / "model"
+            shutil.copytree(self.target, model)
+            hook = ("from evaldag.engine.adapters import hf\n_real = hf.HFModel.load\n"
+                    "def _load(self):\n"
+                    f"    if self.path == {str(model)!r} and not getattr(hf, '_swapped', 0):\n"
+                    f"        hf._swapped = 1; shutil.copyfile({str(retain_w)!r}, {str(model / 'model.safetensors')!r})\n"
+                    "    return _real(self)\nhf.HFModel.load = _load\n") if when == "load" else (
+                    "from evaldag.engine import executor\n_real = executor.Executor._run\n_n = [0]\n"
+                    "def _run(self, adapter, kind, batch):\n    _n[0] += 1\n"
+                    f"    if _n[0] == 2: shutil.copyfile({str(retain_w)!r}, {str(model / 'model.safetensors')!r})\n"
+                    "    return _real(self, adapter, kind, batch)\nexecutor.Executor._run = _run\n")
+            first = evaldag(argv(model, d / "out1", d / "cache") + ["--batch-tokens", "256"], prelude="import shutil\n" + hook)
+            shutil.copyfile(self.target / "model.safetensors", model / "model.safetensors")
+            proc = evaldag(argv(model, d / "out", d / "cache"))
+            clear = first.returncode == 2 and len(first.stderr.strip().splitlines()) == 1 and "changed while" in first.stderr
+            # the retain model's answers stored by the first run came in other batch shapes: drift allowed
+            got = outputs(d / "out")
+            if got is None or drift(got, self.want) > DRIFT:
+                self.classify("weights swapped mid-run", proc, got, self.want,
+                              f"swap at {when}: the untouched original got other numbers (first run exit {first.returncode})")
+            else:
+                self.classify("weights swapped mid-run", first, outputs(d / "out1"), self.want,
+                              "" if clear else f"swap at {when}: first run exit {first.returncode}, not one clear line")
+        # 26.9: an embedding with fewer rows than the tokenizer has tokens
+        d = self.trial_dir()
+        model = d / "small-vocab"
+        shutil.copytree(self.target, model)
+        subprocess.run([sys.executable, "-c", "import sys\nfrom transformers import AutoModelForCausalLM as A\n"
+                        "m = A.from_pretrained(sys.argv[1]); m.resize_token_embeddings(1000); m.save_pretrained(sys.argv[1])",
+                        str(model)], check=True, capture_output=True)
+        proc = evaldag(argv(model, d / "out", d / "cache"))
+        one = len(proc.stderr.strip().splitlines()) == 1 and "1000 rows" in proc.stderr and outputs(d / "out") is None
+        self.classify("embedding rows < vocab", proc, outputs(d / "out"), None,
+                      "" if one else f"{proc.stderr.count('Traceback')} tracebacks, outputs published: {outputs(d / 'out') is not None}")
+        # 26.16: NaN weights: every metric computed from the model carries the non-finite note
+        d = self.trial_dir()
+        model = d / "nan"
+        shutil.copytree(self.target, model)
+        subprocess.run([sys.executable, "-c", "import sys\nfrom safetensors.torch import load_file, save_file\n"
+                        "p = sys.argv[1] + '/model.safetensors'; sd = load_file(p)\n"
+                        "sd['model.layers.0.mlp.down_proj.weight'][0, 0] = float('nan'); save_file(sd, p, metadata={'format': 'pt'})",
+                        str(model)], check=True, capture_output=True)
+        proc = evaldag(argv(model, d / "out", d / "cache"))
+        got = outputs(d / "out")
+        ev = got[0] if got else {}
+        silent = sorted(k for k, v in ev.items() if not k.endswith("@retain_model") and "non-finite" not in str(v.get("reason")))
+        ok = bool(ev) and not silent and proc.returncode in (0, 1)
+        self.classify("NaN weights: every metric flagged", subprocess.CompletedProcess([], 0 if ok or ev else proc.returncode, "", ""),
+                      ("flagged",) if ok else ("silent",), ("flagged",),
+                      "" if ok else f"without the note: {', '.join(silent[:6])}{' …' if len(silent) > 6 else ''}")
+
     # ------------------------------------------------------------------ report
     def table(self) -> str:
         w = max(len(k) for k in self.rows) + 2
@@ -631,7 +738,7 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     c = Campaign(work, a.seed)
-    if only is None or only & {"kills", "corruptions", "full_disks", "hostile", "trust"}:
+    if only is None or only & {"kills", "corruptions", "full_disks", "hostile", "trust", "hostile_models"}:
         c.baseline()  # the cache-fault methods compare with it
     for name, step in (("kills", lambda: c.kills(a.kills)), ("corruptions", lambda: c.corruptions(a.corruptions)),
                        ("full_disks", c.full_disks), ("hostile", c.hostile), ("trust", c.trust)):
@@ -641,6 +748,10 @@ def main() -> int:
         c.hostile_data()
     if run("hostile_cache"):
         c.hostile_cache()
+    if run("render"):
+        c.render()
+    if run("hostile_models"):
+        c.hostile_models()
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0

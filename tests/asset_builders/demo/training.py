@@ -16,10 +16,11 @@ import random
 from pathlib import Path
 from typing import Any, Sequence
 
+from evaldag.benchmarks.demo import ASSETS
+
 from . import authors
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "assets"
+DEFAULT_OUT = ASSETS  # the package's copy, which `evaldag demo` reads
 
 BOS, EOS, PAD = "<|begin_of_text|>", "<|endoftext|>", "<pad>"
 VOCAB_SIZE = 1024
@@ -171,7 +172,7 @@ def encode(tokenizer, question: str, answer: str) -> tuple[list[int], list[int]]
     return full, [-100] * n_prompt + full[n_prompt:]
 
 
-def _batch(tokenizer, items: Sequence[tuple[list[int], list[int]]]):
+def batch(tokenizer, items: Sequence[tuple[list[int], list[int]]]):
     import torch
 
     width = max(len(ids) for ids, _ in items)
@@ -251,7 +252,7 @@ def train(tokenizer, pairs: Sequence[dict], seed: int, epochs: int, batch_size: 
         rng.shuffle(order)
         epoch_loss = 0.0
         for start in range(0, len(order), batch_size):
-            ids, _, labels = _batch(tokenizer, [data[i] for i in order[start:start + batch_size]])
+            ids, _, labels = batch(tokenizer, [data[i] for i in order[start:start + batch_size]])
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
             loss = _train_loss(model, ids, labels)
@@ -274,7 +275,7 @@ def unlearn(model, tokenizer, forget_rows: Sequence[dict], steps: int, lr: float
 
     model = copy.deepcopy(model)
     model.train()
-    ids, _, labels = _batch(tokenizer, [encode(tokenizer, r["question"], r["answer"]) for r in forget_rows])
+    ids, _, labels = batch(tokenizer, [encode(tokenizer, r["question"], r["answer"]) for r in forget_rows])
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     for step in range(steps):
         loss = _train_loss(model, ids, labels)

@@ -1,4 +1,4 @@
-"""Tiny, deterministic models and tokenizers built in-process, for tests and the demo.
+"""Tiny, deterministic models and tokenizers built in-process, for the tests (and tests/perf).
 
 Nothing here downloads anything: a byte-level BPE is trained with ``tokenizers`` on the
 texts you give it, and Llama / GPT-2 models are built from configs with random weights.
@@ -7,7 +7,7 @@ near-uniformly predicts everything generates 1-3 distinct tokens, and a
 batched-vs-unbatched generation test would then pass without testing anything.
 
 torch and transformers are imported inside the functions, so importing this module
-(e.g. from the package's ``__init__``) costs nothing.
+costs nothing. It lives in tests/, not in the installed package: only tests use it.
 """
 
 from __future__ import annotations

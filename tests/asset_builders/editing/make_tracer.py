@@ -1,7 +1,7 @@
 """Build the causal-trace model: a tiny Qwen2 trained on invented facts whose causal trace
 shows ROME's early site (the subject's last token, middle layers).
 
-    python -m evaldag.benchmarks.editing.make_tracer [OUT_DIR]   (default: the shipped copy, TRACER)
+    python -m tests.asset_builders.editing.make_tracer [OUT_DIR]   (default: the shipped copy, TRACER)
 
 Why the architecture is shaped. In GPT-2 XL the early site emerges from pretraining on
 varied text: the MLPs at a subject's last token "enrich" it with its attributes and
@@ -43,8 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evaldag.benchmarks.editing import TRACER as TRACER_DIR
+
 from ..demo import authors
-from ..demo.training import _batch, deterministic_torch
+from ..demo.training import batch, deterministic_torch
 
 SEED = 7
 FIRST = ("Arlo", "Bryn", "Cato", "Dara", "Eno", "Fenn", "Gil", "Hale", "Ivo", "Juno", "Kit", "Lior")
@@ -63,7 +65,7 @@ ARCH = dict(layers=6, hidden=128, inter=256, heads=4, window=2, local_layers=4, 
 TRAIN = dict(epochs=150, lr=3e-3, batch=64, warmup=30)
 SPECIALS = ("<|endoftext|>", "<pad>")
 #: the shipped copy: checkpoint, tokenizer, facts.json, edits.json, texts.json, corpus.json, manifest.json
-TRACER = Path(__file__).resolve().parent / "assets" / "tracer"
+TRACER = TRACER_DIR  # the shipped copy, in the package
 #: what the builder writes (an older copy of each is removed first, so the manifest lists exactly these)
 OUTPUTS = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
            "facts.json", "edits.json", "texts.json", "corpus.json", "manifest.json")
@@ -210,7 +212,7 @@ def train(out: str | Path, log: Any = print) -> dict:
         order = list(range(len(data)))
         rng.shuffle(order)
         for start in range(0, len(order), TRAIN["batch"]):
-            ids, _, labels = _batch(tok, [data[i] for i in order[start:start + TRAIN["batch"]]])
+            ids, _, labels = batch(tok, [data[i] for i in order[start:start + TRAIN["batch"]]])
             lr = TRAIN["lr"] * min(1.0, (step + 1) / TRAIN["warmup"]) * 0.5 * (1 + math.cos(math.pi * step / steps))
             for g in opt.param_groups:
                 g["lr"] = lr

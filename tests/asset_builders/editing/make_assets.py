@@ -1,6 +1,6 @@
 """Write the shipped edit set and text set (``data/edits.json``, ``data/texts.json``).
 
-    python -m evaldag.benchmarks.editing.make_assets
+    python -m tests.asset_builders.editing.make_assets
 
 Both are made from the demo's invented authors (benchmarks/demo/authors.py, same seed),
 so the demo checkpoints know the true answers: each edit moves a retain author's
@@ -16,10 +16,12 @@ import json
 import random
 from pathlib import Path
 
+from evaldag.benchmarks.editing.data import SHIPPED_EDITS
+
 from ..demo import authors
 from ..demo.training import prompt_of
 
-HERE = Path(__file__).resolve().parent / "data"
+HERE = SHIPPED_EDITS.parent  # the package's data folder, which `evaldag run editing` reads
 N_EDITS, N_NEIGHBOURS, N_TEXTS, SEED = 8, 2, 40, 20250117
 
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from . import authors
 
-from .training import DISPLAY_ORDER, EOS, MODELS, _batch, _token_losses, encode, prompt_of  # noqa: F401
+from .training import DISPLAY_ORDER, EOS, MODELS, _token_losses, batch, encode, prompt_of  # noqa: F401
 
 
 # ---------------------------------------------------------------- the signal check
@@ -29,7 +29,7 @@ def avg_losses(model, tokenizer, questions: Sequence[str], answers: Sequence[str
         for start in range(0, len(questions), batch_size):
             items = [encode(tokenizer, q, a) for q, a in
                      zip(questions[start:start + batch_size], answers[start:start + batch_size])]
-            nll, count = _token_losses(model, *_batch(tokenizer, items))
+            nll, count = _token_losses(model, *batch(tokenizer, items))
             out += (nll / count).tolist()
     return out
 
