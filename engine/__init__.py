@@ -7,7 +7,7 @@ The public API is what docs/writing-a-metric.md explains, nothing more::
     Result                                     what a metric returns
     Graph, run, RunResult                      build and run a graph
     Cache                                      the on-disk cache (run(..., cache=))
-    TokenStats, Generate, GenerationSettings, HiddenStates, GradNorm   requests a scorer yields
+    TokenStats, Generate, GenerationSettings, HiddenStates   requests a scorer yields
     TokenStatsResult, pack_token_stats, unpack_token_stats             per-token statistics and their reader
     Rows, Value                                wrap data for binding as resources
     HFModel, PromptTemplate                    a transformers checkpoint as a resource; QA prompt tags
@@ -22,7 +22,7 @@ from .adapters.hf import HFModel
 from .declare import DeclarationError, Metric, Node, Params, metric, provider
 from .graph import Graph, GraphError
 from .requests import (
-    Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats, TokenStatsResult, pack_token_stats,
+    Generate, GenerationSettings, HiddenStates, TokenStats, TokenStatsResult, pack_token_stats,
     unpack_token_stats,
 )
 from .resources import Rows, Value
@@ -37,7 +37,7 @@ notebook.install()  # Graph, RunResult and Result display themselves in Jupyter 
 __all__ = [
     "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "GraphError",
     "Result", "Graph", "run", "RunResult", "Cache",
-    "TokenStats", "Generate", "GenerationSettings", "HiddenStates", "GradNorm",
+    "TokenStats", "Generate", "GenerationSettings", "HiddenStates",
     "TokenStatsResult", "pack_token_stats", "unpack_token_stats",
     "Rows", "Value", "HFModel", "PromptTemplate", "write_report", "write_outputs",
 ]

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .backend import declared_needs
 from .fingerprint import code_identity
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -66,6 +67,11 @@ class MetricDef:
     fn: Callable[..., Any]
     scorer: bool
     doc: str = ""
+    # The model work it asks for, checked by the planner before anything runs (backend.py):
+    # a scorer's ``requests`` (resource -> kind -> token-statistic fields) and the fields
+    # of its ancestors' results a metric ``uses`` (kind -> fields).
+    requests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    uses: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(
         self,
@@ -217,8 +223,16 @@ def metric(
     parents: ParentsDecl = None,
     needs: Iterable[str] = (),
     register: bool = True,
+    requests: Mapping[str, Mapping[str, Any]] | None = None,
+    uses: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], MetricDef]:
-    """Declare a metric. A generator function declares a scorer (it yields requests)."""
+    """Declare a metric. A generator function declares a scorer (it yields requests).
+
+    ``requests`` (scorers): what it asks each model resource for, e.g.
+    ``{"model": {"token_stats": ("logprob", "argmax"), "generate": ()}}``; ``uses``: the
+    token-statistic fields of its ancestors' results it reads, e.g.
+    ``{"token_stats": ("mu", "var")}``. The planner checks both against the backends.
+    """
     if not _NAME.match(name):
         raise DeclarationError(f"metric name {name!r} must be an identifier (letters, digits, _ . -)")
     if not isinstance(version, str) or not version:
@@ -226,6 +240,11 @@ def metric(
     if not (isinstance(params, type) and issubclass(params, BaseModel)):
         raise DeclarationError(f"metric {name!r}: params must be a pydantic model class")
     needs_t = tuple(needs)
+    try:
+        declared_needs(requests)
+        declared_needs({"": uses or {}})
+    except (ValueError, AttributeError) as e:
+        raise DeclarationError(f"metric {name!r}: requests/uses: {e}") from None
 
     def wrap(fn: Callable[..., Any]) -> MetricDef:
         if not callable(parents):  # dynamic parents are checked when the graph is built
@@ -239,6 +258,8 @@ def metric(
             fn=fn,
             scorer=inspect.isgeneratorfunction(fn),
             doc=inspect.getdoc(fn) or "",
+            requests=dict(requests or {}),
+            uses=dict(uses or {}),
         )
         return REGISTRY.add(m) if register else m
 
@@ -270,6 +291,8 @@ class Metric:
     Params: type[Params] = NoParams
     parents: ParentsDecl = None
     needs: tuple[str, ...] = ()
+    requests: Mapping[str, Mapping[str, Any]] | None = None
+    uses: Mapping[str, Any] | None = None
     metric: MetricDef
     instance: "Metric"
 
@@ -280,7 +303,8 @@ class Metric:
         cls.instance = instance = cls()
         compute = instance.compute
         # Wrap so the declared function keeps the method's signature without `self`.
-        cls.metric = metric(cls.name, version=cls.version, params=cls.Params, parents=cls.parents, needs=cls.needs)(compute)
+        cls.metric = metric(cls.name, version=cls.version, params=cls.Params, parents=cls.parents, needs=cls.needs,
+                            requests=cls.requests, uses=cls.uses)(compute)
 
     def compute(self, **inputs: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -10,6 +10,12 @@ however many metrics ask for it; each finished batch is written at once, so a ki
 loses at most the batch in flight. On :class:`OutOfMemory` the batch is halved and the
 rest of the group re-packed under the smaller budget; a single request that does not fit
 is an error that says so.
+
+The executor calls only what engine/backend.py declares: ``ModelResource.fingerprint`` /
+``identity`` / ``load`` and ``ModelAdapter.run_batch`` / ``budget_hint`` / ``group_budget``
+/ ``batch_cost`` / ``tokens_used`` / ``device`` / ``dtype``. It alone owns the batch budget:
+one number per (model, kind), halved on out-of-memory; an adapter that schedules rows
+itself is handed the current budget through ``group_budget`` and keeps no copy.
 """
 
 from __future__ import annotations
@@ -20,19 +26,17 @@ from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .adapters.base import OutOfMemory
 from .adapters.integrity import ModelChangedError
+from .backend import ModelAdapter, ModelResource, OutOfMemory
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
 from .progress import bar as progress_bar
-from .requests import Request
+from .requests import Request, kind_of
 
 # Heavy import: tqdm (only when a bar is drawn), inside engine/progress.py.
 
 _COUNTERS = ("requests", "unique", "cached", "sequences_forwarded", "tokens_real", "tokens_padded",
              "batches", "oom_retries", "seconds")
-# Kinds that must run one sample per batch (a backward pass per sample).
-_MAX_BATCH = {"grad_norm": 1}
 
 
 @dataclass
@@ -99,15 +103,16 @@ class Executor:
         self.deterministic = deterministic
         self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
         self._written: dict[str, list[str]] = defaultdict(list)  # store key -> request keys this run wrote
+        self._backends: dict[str, dict] = {}  # model fingerprint -> its backend identity (kept with each result)
         self.progress = progress  # None: a bar only on a terminal; True: also on a pipe (engine/progress.py)
         self.batch_tokens = batch_tokens
         self.device = device
         self.fault = fault
         self.stats = ExecutorStats()
-        self._adapters: dict[str, Any] = {}
+        self._adapters: dict[str, ModelAdapter] = {}
         self._budgets: dict[tuple[str, str], Budget] = {}
 
-    def adapter(self, model: Any, fp: str | None = None) -> Any:
+    def adapter(self, model: ModelResource, fp: str | None = None) -> ModelAdapter:
         fp = fp or model.fingerprint()
         if fp not in self._adapters:
             self._adapters[fp] = model.load()
@@ -120,10 +125,11 @@ class Executor:
         reqs: dict[str, Request] = {}
         groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         for i, (model, req) in enumerate(work):
-            fp = fps.get(id(model)) or fps.setdefault(id(model), model.fingerprint())
+            fp = fps.get(id(model)) or fps.setdefault(id(model), self.model_key(model))
             if fp not in models:
                 models[fp] = model
                 self._store_keys.setdefault(fp, self.store_key(model, fp))  # before any load
+                self._backends.setdefault(fp, model.identity().describe())
             key = req.key()
             reqs[key] = req
             groups[(fp, req.kind)][key].append(i)
@@ -144,15 +150,23 @@ class Executor:
             st.seconds += time.perf_counter() - t0
         return out
 
-    def store_key(self, model: Any, fp: str) -> str:
-        """The request store's model key: fingerprint @ device type (+det), known without loading.
+    @staticmethod
+    def model_key(model: ModelResource) -> str:
+        """Which model a request goes to: the fingerprint, plus the backend's identity digest
+        unless the fingerprint holds it (two backends of the same weights stay apart)."""
+        return model.fingerprint() + model.identity().digest()
 
-        Reads and writes of one model use the key computed before its weights are loaded.
+    def store_key(self, model: ModelResource, fp: str) -> str:
+        """The request store's model key: fingerprint + backend identity (+det), known without loading.
+
+        ``fp`` is :meth:`model_key`: the bare fingerprint for a backend whose fingerprint
+        covers its identity (hf, so the key is ``fingerprint@device``, the one caches had
+        before backends had identities), else the fingerprint and the identity's digest. Reads and writes of one model use the key
+        computed before its weights are loaded.
         """
         if fp in self._store_keys:
             return self._store_keys[fp]
-        device = model.device_type() if hasattr(model, "device_type") else "cpu"
-        return f"{fp}@{device}" + ("+det" if self.deterministic else "")
+        return f"{fp}@{model.identity().device}" + ("+det" if self.deterministic else "")
 
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
     def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
@@ -164,17 +178,19 @@ class Executor:
         return batches
 
     # -- running one (model, kind) group
-    def _budget(self, adapter: Any, fp: str, kind: str) -> Budget:
+    def _budget(self, adapter: ModelAdapter, fp: str, kind: str) -> Budget:
+        """The one budget of (model, kind): from the device and the adapter's memory hint."""
         if (fp, kind) not in self._budgets:
-            hint = adapter.budget_hint() if hasattr(adapter, "budget_hint") else None
-            device = self.device or getattr(adapter, "device", "cpu")
-            budget = default_budget(device, self.batch_tokens, hint, 1 if self.deterministic else _MAX_BATCH.get(kind))
-            # An adapter that schedules rows itself (continuous batching) may take larger
-            # groups and keep its own working set under the budget it is given here
-            # (never under --deterministic: every request runs alone).
-            widen = None if self.deterministic else getattr(adapter, "group_budget", None)
-            self._budgets[(fp, kind)] = widen(kind, budget) if widen else budget
+            device = self.device or adapter.device
+            self._budgets[(fp, kind)] = default_budget(device, self.batch_tokens, adapter.budget_hint(),
+                                                       1 if self.deterministic else kind_of(kind).max_batch)
         return self._budgets[(fp, kind)]
+
+    def _group(self, adapter: ModelAdapter, kind: str, budget: Budget) -> Budget:
+        """What one packed batch may hold: an adapter that schedules rows itself (continuous
+        batching) may take larger groups and keep its working set under ``budget``; never
+        under --deterministic, where every request runs alone."""
+        return budget if self.deterministic else adapter.group_budget(kind, budget)
 
     def _compute(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         try:
@@ -192,18 +208,16 @@ class Executor:
             discard(key, self._written.pop(key, []))
 
     @staticmethod
-    def _unchanged(model: Any) -> None:
+    def _unchanged(model: ModelResource) -> None:
         """Raise ModelChangedError when the model's files changed since its fingerprint (a stat each)."""
-        check = getattr(model, "verify_unchanged", None)
-        if check is not None:
-            check()
+        model.verify_unchanged()
 
     def _compute_checked(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         adapter = self.adapter(model, fp)
         length = _length
         if self.deterministic:
             items = sorted(items, key=lambda x: x[0])  # a fixed order, whatever order they were asked in
-        queue = deque(self._share(pack(items, length, self._budget(adapter, fp, kind)), length))
+        queue = deque(self._share(pack(items, length, self._group(adapter, kind, self._budget(adapter, fp, kind))), length))
         results: dict[str, Any] = {}
         bar = self._bar(kind, sum(length(x) for b in queue for x in b))
         try:
@@ -214,13 +228,14 @@ class Executor:
                     if len(batch) == 1:
                         raise RuntimeError(
                             f"a single {kind} request of {batch[0][1].length()} tokens does not fit on "
-                            f"{getattr(adapter, 'device', '?')}; use a smaller dtype or shorter inputs")
+                            f"{adapter.device}; use a smaller dtype or shorter inputs")
                     st.oom_retries += 1
-                    old = self._budgets[(fp, kind)]
-                    new = Budget(max(1, padded_tokens(batch, length) // 2), old.max_batch)
+                    old = self._budgets[(fp, kind)]  # the one number: halved here, nowhere else
+                    cost = adapter.batch_cost([r for _, r in batch])
+                    new = Budget(max(1, min(old.tokens, cost) // 2), old.max_batch)
                     self._budgets[(fp, kind)] = new
                     rest = [x for b in queue for x in b]
-                    queue = deque([*halve(batch), *pack(rest, length, new)])
+                    queue = deque([*halve(batch), *pack(rest, length, self._group(adapter, kind, new))])
                     continue
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
@@ -236,7 +251,7 @@ class Executor:
         self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
 
-    def _run(self, adapter: Any, kind: str, batch: list[tuple[str, Request]]) -> list | None:
+    def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]]) -> list | None:
         """The batch's results, or None when it ran out of memory."""
         requests = [r for _, r in batch]
         try:
@@ -249,17 +264,17 @@ class Executor:
             raise RuntimeError(f"adapter returned {len(got)} results for {len(requests)} {kind} requests")
         return got
 
-    def _batch_meta(self, adapter: Any, fp: str, kind: str, batch: list) -> dict:
+    def _batch_meta(self, adapter: ModelAdapter, fp: str, kind: str, batch: list) -> dict:
         """How a result was computed (device, dtype, batch shape): kept with each request result."""
-        model = getattr(adapter, "model", None)
         budget = self._budgets.get((fp, kind))
-        return {"device": str(getattr(adapter, "device", "cpu")), "dtype": str(getattr(model, "dtype", "")).replace("torch.", ""),
+        return {"device": str(adapter.device), "dtype": adapter.dtype,
                 "batch_size": len(batch), "batch_padded_tokens": padded_tokens(batch, _length),
-                "budget_tokens": budget.tokens if budget else None, "deterministic": self.deterministic}
+                "budget_tokens": budget.tokens if budget else None, "deterministic": self.deterministic,
+                "backend": self._backends.get(fp, {})}
 
     @staticmethod
-    def _record(adapter: Any, kind: str, batch: list, got: list, st: KindStats) -> None:
-        tokens = getattr(adapter, "last_batch_tokens", None)
+    def _record(adapter: ModelAdapter, kind: str, batch: list, got: list, st: KindStats) -> None:
+        tokens = adapter.tokens_used()
         real, padded = tokens if tokens else (sum(_length(x) for x in batch), padded_tokens(batch, _length))
         st.tokens_real += int(real)
         st.tokens_padded += int(padded)

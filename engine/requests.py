@@ -30,6 +30,10 @@ class Request:
     """Base of every request type. Subclasses are frozen dataclasses."""
 
     kind: ClassVar[str] = "request"
+    # What a backend lacks when it cannot serve this kind, in a refusal ("gradients").
+    words: ClassVar[str] = ""
+    # At most this many per batch before the adapter's group_budget widens it (1: one backward per sample).
+    max_batch: ClassVar[int | None] = None
     # Which side padding goes in a batch of this kind ("right" for teacher forcing,
     # "left" for generation); the adapter honours it.
     padding_side: ClassVar[str] = "right"
@@ -67,6 +71,7 @@ class TokenStats(Request):
     context_ids: tuple[int, ...]
     continuation_ids: tuple[int, ...]
     kind: ClassVar[str] = "token_stats"
+    words: ClassVar[str] = "token statistics"
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:
@@ -105,10 +110,28 @@ class Generate(Request):
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sample_index: int = field(default=0, metadata={"key_omits_default": True})
     kind: ClassVar[str] = "generate"
+    words: ClassVar[str] = "generation"
     padding_side: ClassVar[str] = "left"
 
     def length(self) -> int:
         return len(self.prompt_ids) + self.settings.max_new_tokens
+
+
+@dataclass(frozen=True)
+class GenerateText(Request):
+    """Generate from a prompt *text*, for backends that work on text (a chat endpoint,
+    recorded answers, a Python callable): no tokenizer is faked to carry it as ids.
+    The result is a :class:`GenerateResult` whose ``token_ids`` are empty."""
+
+    prompt: str
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    sample_index: int = 0
+    kind: ClassVar[str] = "generate_text"
+    words: ClassVar[str] = "generation from text"
+    padding_side: ClassVar[str] = "left"
+
+    def length(self) -> int:
+        return len(self.prompt.encode("utf-8")) // 4 + 1  # a rough token count, for budgets only
 
 
 @dataclass(frozen=True)
@@ -118,81 +141,11 @@ class HiddenStates(Request):
     ids: tuple[int, ...]
     layers: tuple[int, ...]
     kind: ClassVar[str] = "hidden_states"
+    words: ClassVar[str] = "hidden states"
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:
         return len(self.ids)
-
-
-@dataclass(frozen=True)
-class GradNorm(Request):
-    """Gradient norms of the mean NLL of the continuation (one backward pass per sample).
-
-    ``exclude_last`` drops the last continuation token from the loss (open-unlearning's
-    GradNorm attack excludes the trailing eos). The result is the mean over parameters
-    of each parameter's ``||grad||_p`` (open-unlearning's definition, not a global norm).
-    """
-
-    context_ids: tuple[int, ...]
-    continuation_ids: tuple[int, ...]
-    p: float = 2.0
-    exclude_last: bool = True
-    kind: ClassVar[str] = "grad_norm"
-    padding_side: ClassVar[str] = "right"
-
-    def length(self) -> int:
-        return len(self.context_ids) + len(self.continuation_ids)
-
-
-@dataclass(frozen=True)
-class CausalTrace(Request):
-    """One cell of ROME's causal trace (Meng et al. 2022): a patched forward pass.
-
-    ``samples`` copies of ``ids`` get Gaussian noise of std ``noise`` on the token
-    embeddings of ``subject`` (token range [start, end)); the noise is
-    ``numpy.random.RandomState(seed).randn(samples, end - start, hidden)``, the same for
-    every cell of a trace, as in ROME. Then the clean run's ``restore`` state
-    (``"hidden"``: the block output; ``"mlp"``/``"attn"``: that module's output, for the
-    layers ``[layer - window // 2, layer + ceil(window / 2))`` clipped to the model) is put
-    back at ``position``. ``restore="none"`` restores nothing (the corrupted baseline).
-    The result is the mean over the copies of P(``answer``) at the last position;
-    ``answer=-1`` means the clean run's argmax token.
-    """
-
-    ids: tuple[int, ...]
-    subject: tuple[int, int]
-    noise: float
-    samples: int = 10
-    seed: int = 1
-    restore: str = "hidden"
-    layer: int = -1
-    position: int = -1
-    window: int = 1
-    answer: int = -1
-    kind: ClassVar[str] = "causal_trace"
-    padding_side: ClassVar[str] = "right"
-
-    def __post_init__(self) -> None:
-        a, b = self.subject
-        if not 0 <= a < b <= len(self.ids):
-            raise ValueError(f"CausalTrace: subject range {self.subject} is not inside the {len(self.ids)} prompt tokens")
-        if self.restore not in ("none", "hidden", "mlp", "attn"):
-            raise ValueError(f"CausalTrace: restore must be none, hidden, mlp or attn, not {self.restore!r}")
-        if self.restore != "none" and not (0 <= self.position < len(self.ids) and self.layer >= 0):
-            raise ValueError(f"CausalTrace: position {self.position} / layer {self.layer} out of range")
-        if self.samples < 1 or self.window < 1:
-            raise ValueError("CausalTrace: samples and window must be >= 1")
-
-    def length(self) -> int:
-        return len(self.ids) * self.samples
-
-    def restored_layers(self, n_layers: int) -> list[int]:
-        """The layers whose ``restore`` output is put back (ROME's window, clipped)."""
-        if self.restore == "none":
-            return []
-        if not 0 <= self.layer < n_layers:
-            raise ValueError(f"CausalTrace: layer {self.layer} is out of range for a model with {n_layers} layers")
-        return list(range(max(0, self.layer - self.window // 2), min(n_layers, self.layer - (-self.window // 2))))
 
 
 # ----------------------------------------------------------------------------- results
@@ -291,42 +244,39 @@ class HiddenStatesResult:
         return cls(arrays["states"])
 
 
-@dataclass
-class GradNormResult:
-    value: float
+# ----------------------------------------------------------------------------- the kind registry
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"value": np.asarray([self.value], dtype=np.float64)}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "GradNormResult":
-        return cls(float(arrays["value"][0]))
+# kind -> request class / result class. Filled by register_kind: the engine's own kinds
+# below, a plugin's when its module is imported (the cache codec finds result types here).
+REQUEST_TYPES: dict[str, type[Request]] = {}
+RESULT_TYPES: dict[str, type] = {}
 
 
-@dataclass
-class CausalTraceResult:
-    """P(answer) averaged over the corrupted copies, the clean run's P(answer), the answer, the layer count."""
+def register_kind(request_cls: type[Request], result_cls: type) -> None:
+    """Declare a request kind and its result type (``to_arrays``/``from_arrays``, optional ``meta``).
 
-    prob: float
-    clean_prob: float
-    answer: int
-    n_layers: int
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"probs": np.asarray([self.prob, self.clean_prob], dtype=np.float64)}
-
-    def meta(self) -> dict:
-        return {"answer": int(self.answer), "n_layers": int(self.n_layers)}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "CausalTraceResult":
-        return cls(float(arrays["probs"][0]), float(arrays["probs"][1]), int(meta["answer"]), int(meta["n_layers"]))
+    A plugin calls this when its module is imported, then registers a handler with the
+    backends that serve the kind (``HFAdapter.handlers.add``); no engine module changes.
+    """
+    kind = request_cls.kind
+    old = REQUEST_TYPES.get(kind)
+    if old is not None and (old.__module__, old.__qualname__) != (request_cls.__module__, request_cls.__qualname__):
+        raise ValueError(f"request kind {kind!r} is already registered by {old.__module__}.{old.__qualname__}")
+    REQUEST_TYPES[kind], RESULT_TYPES[kind] = request_cls, result_cls
 
 
-RESULT_TYPES = {
-    "token_stats": TokenStatsResult,
-    "generate": GenerateResult,
-    "hidden_states": HiddenStatesResult,
-    "grad_norm": GradNormResult,
-    "causal_trace": CausalTraceResult,
-}
+def kind_of(kind: str) -> type[Request]:
+    """The request class of ``kind``; an unknown kind is an error naming the known ones."""
+    if kind not in REQUEST_TYPES:
+        raise KeyError(f"unknown request kind {kind!r}; registered: {', '.join(sorted(REQUEST_TYPES))}")
+    return REQUEST_TYPES[kind]
+
+
+def result_type(kind: str) -> type:
+    kind_of(kind)
+    return RESULT_TYPES[kind]
+
+
+for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (GenerateText, GenerateResult),
+                   (HiddenStates, HiddenStatesResult)):
+    register_kind(_req, _res)

@@ -97,6 +97,7 @@ class NodeRecord:
     seconds: float = 0.0
     reason: str = ""
     error: str = ""
+    backend: dict = field(default_factory=dict)  # run resource -> the backend that served it (scorers)
 
     @classmethod
     def cached(cls, v: Vertex) -> "NodeRecord":
@@ -127,6 +128,8 @@ class NodeRecord:
         out = {"fingerprint": self.fingerprint, "status": self.status, "seconds": round(self.seconds, 6), "reason": self.reason}
         if self.error:
             out["error"] = self.error
+        if self.backend:
+            out["backend"] = dict(self.backend)
         return out
 
 

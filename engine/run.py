@@ -27,6 +27,7 @@ from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
 from .graph import Graph, Vertex
+from .planner import Plan, plan
 from .progress import bar as progress_bar
 from .reasons import history_slots, recompute_reason, remember
 from .requests import Request, nonfinite_output
@@ -75,10 +76,11 @@ def run(
         raise TypeError("run(): pass cache= or cache_dir=, not both")
     settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic)
     deterministic = settings["deterministic"]
-    cache = Cache.open(cache if cache is not None else cache_dir)
-    cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
+    served = plan(graph, rs)  # PlanError before anything is written, loaded or sent
+    cache = Cache.open(cache if cache is not None else cache_dir)
+    cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     cache.sweep()
     with cache.filehash.active():  # model files are hashed through this cache's memo
         graph.fingerprint(rs, execution="deterministic" if deterministic else None)
@@ -86,12 +88,15 @@ def run(
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
         executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
-        runner.lock_timeout = lock_timeout
+        runner.lock_timeout, runner.plan = lock_timeout, served
         try:
             runner.go()
         finally:
             if cache.left_alone():  # newer-format or unreadable entries: said once, never overwritten
                 warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=2)
+        for key, backends in served.labels.items():  # run.json: which backend served each scorer
+            if key in runner.records:
+                runner.records[key].backend = backends
         execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
     return RunResult(
@@ -129,6 +134,7 @@ class _Runner:
         self.values: dict[str, Any] = {}
         self.slots = history_slots(graph)
         self.flags: dict[str, str] = {}  # vertex key -> the non-finite-logits note it carries
+        self.plan = Plan()  # which backend serves each scorer vertex (planner.py)
 
     # ------------------------------------------------------------------ main loop
     def go(self) -> None:
@@ -257,6 +263,8 @@ class _Runner:
         if flag:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
+        if v.key in self.plan.labels:  # `cache explain` names the backend that served it
+            meta["backend"] = self.plan.labels[v.key]
         self.store.put(v.fingerprint, value, meta)
         remember(self.history, self.slots[v.key], v.components)
         self.values[v.key] = value
@@ -328,7 +336,8 @@ class _Runner:
             by_model: dict[str, list[tuple[str, int, Any, Request]]] = defaultdict(list)
             for key, (v, gen, reqs, _) in active.items():
                 for i, (res_name, req) in enumerate(reqs):
-                    model = self.rs.get(v.bind.get(res_name, res_name), v.label).value()
+                    run_name = v.bind.get(res_name, res_name)
+                    model = self.plan.resource(v, run_name, self.rs.get(run_name, v.label).value())
                     by_model[model.fingerprint()].append((key, i, model, req))
             answers: dict[str, list] = {key: [None] * len(active[key][2]) for key in active}
             failed: dict[str, BaseException] = {}

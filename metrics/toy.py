@@ -20,7 +20,8 @@ class StatsParams(Params):
     template: PromptTemplate = PromptTemplate()
 
 
-@metric("toy_answer_stats", version="1", params=StatsParams, needs=("model", "data"))
+@metric("toy_answer_stats", version="1", params=StatsParams, needs=("model", "data"),
+        requests={"model": {"token_stats": ("logprob",)}})
 def toy_answer_stats(model, data, params: StatsParams):
     """Per-token stats of each row's answer given its question (one request per row)."""
     enc = model.encoder()
@@ -53,7 +54,7 @@ def toy_min_k(stats, params: MinKParams) -> Result:
     return Result(float(np.mean(scores)), {str(i): {"score": x} for i, x in enumerate(scores)})
 
 
-@metric("toy_greedy", version="1", params=StatsParams, needs=("model", "data"))
+@metric("toy_greedy", version="1", params=StatsParams, needs=("model", "data"), requests={"model": {"generate": ()}})
 def toy_greedy(model, data, params: StatsParams):
     """Greedy generations for each question (16 new tokens)."""
     enc = model.encoder()

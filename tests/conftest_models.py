@@ -68,6 +68,15 @@ class CountingModel:
 
     kind = "model"
 
+    def capabilities(self) -> Any:
+        return self.inner.capabilities()
+
+    def identity(self) -> Any:
+        return self.inner.identity()
+
+    def verify_unchanged(self) -> None:
+        self.inner.verify_unchanged()
+
     def __init__(self, inner: Any):
         self.inner = inner
         self.load_calls = 0

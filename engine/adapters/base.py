@@ -8,17 +8,17 @@ Two halves, loaded separately so that a warm run pays for neither more than it n
   the executor holds one, and only after the request cache missed.
 
 A :class:`ModelResource` ties both to a fingerprint that can be computed without
-loading either. Other backends (a vLLM server, an embedding model) implement these
-three classes; metrics do not change.
+loading either. The adapter and resource halves are declared in ``engine/backend.py``
+(the backend contract, re-exported here); this module keeps the encoder side.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ..requests import Request
+from ..backend import ModelAdapter, ModelResource, OutOfMemory  # noqa: F401 - re-exported
 
 
 class PromptTemplate(BaseModel):
@@ -95,36 +95,3 @@ class Encoder(Protocol):
     ) -> Encoded: ...
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
-
-
-@runtime_checkable
-class ModelAdapter(Protocol):
-    """Weights side of a model: runs batches. Held by the executor only."""
-
-    device: str
-
-    def run_batch(self, requests: Sequence[Request]) -> list[Any]:
-        """Serve one batch of requests of a single kind, in order; results as in requests.py.
-
-        Raises :class:`OutOfMemory` when the batch does not fit, so the executor can halve it.
-        """
-        ...
-
-
-class OutOfMemory(RuntimeError):
-    """A batch did not fit on the device; the executor halves the batch and retries."""
-
-
-@runtime_checkable
-class ModelResource(Protocol):
-    """A bound model: a fingerprint now, an encoder when asked, weights on first miss."""
-
-    kind: str  # "model"
-
-    def fingerprint(self) -> str: ...
-
-    def encoder(self) -> Encoder: ...
-
-    def load(self) -> ModelAdapter: ...
-
-    def describe(self) -> dict: ...

@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..backend import Capabilities, Identity, ModelResource
 from ..cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
@@ -48,7 +49,7 @@ def _digest(*parts: str) -> str:
 # ------------------------------------------------------------------------------ resource
 
 
-class HFModel:
+class HFModel(ModelResource):
     """A causal LM checkpoint (local directory or hub id) as an evaluation resource.
 
     ``dtype="auto"``: fp32 on CPU (bf16 matmuls there are slow and less exact); on an
@@ -190,6 +191,14 @@ class HFModel:
             return not _dedicated_pad_object(self._objects[1])
         root = Path(self.path).expanduser() if self.is_dir else _hub_snapshot(self.path)
         return root is None or not _dedicated_pad_files(root)
+
+    backend = "hf"  # the backend contract (engine/backend.py); label() is "hf:<path>"
+
+    def capabilities(self) -> Capabilities:
+        return HFAdapter.static_capabilities()
+
+    def identity(self) -> Identity:  # the fingerprint holds the files' hashes and the dtype: key fp@device
+        return Identity("hf", self.device_type(), in_fingerprint=True)
 
     def describe(self) -> dict:
         """Where the weights came from and how they ran: path (absolute for a folder), source

@@ -6,31 +6,29 @@
   per-sequence max_new_tokens, stop strings honoured during generation, and seeded
   sampling that does not depend on batch neighbours.
 * HiddenStates: the requested layers of HF's ``output_hidden_states``.
-* GradNorm: open-unlearning's per-sample gradient-norm attack (hf_grad: ghost norms of
-  many rows in one backward, a vmapped backward, or one backward per row).
 
 Attention mask (``attention_mask``): ``"reference"`` (the default) is open-unlearning's
 ``input_ids != pad_token_id``, so with pad == eos every real eos inside a sequence (and the
 bos when bos == eos == pad) is hidden from attention, as in its evaluations; ``"padding"``
-masks only the padding. See :meth:`HFAdapter._pad`.
+masks only the padding. See :meth:`HFAdapter.pad`.
 
-Out-of-memory errors become :class:`OutOfMemory` so the executor can halve the batch.
+Kinds are served by the handlers registered on ``HFAdapter.handlers`` (backend.Handlers):
+the four above here, a plugin's own kind where the plugin lives. Helpers use the public
+``pad``, ``head_split`` and ``record_tokens``. Out-of-memory errors become
+:class:`OutOfMemory` so the executor halves its budget (this adapter keeps no copy).
 torch and transformers are imported inside functions: importing this module is cheap.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..requests import (Generate, GenerateResult, GradNorm, GradNormResult, HiddenStates, HiddenStatesResult, Request,
-                        TokenStats, TokenStatsResult)
-from . import hf_grad
-from .base import OutOfMemory
+from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
+from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
-from .hf_patching import run_causal_traces
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
@@ -43,22 +41,21 @@ GENERATE_GROUP = 8
 # (4,096 tokens, ~16 prompts of 250) says nothing about it; on the 4 x 256 Llama 64
 # rows decoded ~1.8x faster per token than 16, and the KV cache stays small.
 CPU_DECODE_ROWS = 64
-# GradNorm: rows per batched backward (ghost norms: 8 and 16 were equally fast on the
-# 4 x 256 Llama on CPU, 32 slower), and the memory vmap's per-sample gradients may take.
-GRAD_ROWS, GRAD_MEMORY_BYTES = 8, 2 << 30
 
 
-class HFAdapter:
+class HFAdapter(ModelAdapter):
     """Runs one batch of same-kind requests on a loaded transformers causal LM.
 
     ``padding_side`` overrides the teacher-forced kinds' own side (tests use it to check
     that left and right padding agree); generation always pads on the left. After each
-    batch ``last_batch_tokens`` is (real, padded) tokens, for the executor's statistics.
+    batch ``tokens_used()`` is (real, padded) tokens, for the executor's statistics.
 
     ``attention_mask="reference"`` (default) masks every token equal to the tokenizer's
     pad id, as open-unlearning's collator does, in TokenStats, Generate and GradNorm;
     ``"padding"`` masks only padding. HiddenStates always masks only padding.
     """
+
+    handlers: ClassVar[Handlers] = Handlers()
 
     def __init__(self, model: Any, tokenizer: Any, padding_side: str | None = None,
                  stats_chunk_rows: int = STATS_CHUNK_ROWS, attention_mask: str = "reference"):
@@ -68,18 +65,15 @@ class HFAdapter:
             raise ValueError(f"attention_mask must be one of {ATTENTION_MASKS}, not {attention_mask!r}")
         self.model, self.tokenizer = model, tokenizer
         self.device = str(model.device.type)
+        self.dtype = str(model.dtype).replace("torch.", "")
         self.padding_side, self.stats_chunk_rows = padding_side, stats_chunk_rows
         self.attention_mask = attention_mask
         self.last_batch_tokens = (0, 0)
         self._head: Any = None
         self._lean: bool | None = None  # whether the lean decode loop serves this model
-        self._generate_budget: Any = None  # the executor's budget, for the loop's rows
+        self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
-        # GradNorm: the way (hf_grad.GRAD_MODES) and rows per batched backward (1: one
-        # backward per row, open-unlearning's way); read when the first GradNorm batch comes.
-        self.grad_mode, self.grad_rows = "auto", GRAD_ROWS
-        self._grad: hf_grad.GradNormRunner | None = None
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         # The id open-unlearning's collator masks wherever it occurs. Without a pad token
@@ -93,26 +87,36 @@ class HFAdapter:
         if len(kinds) != 1:
             raise ValueError(f"run_batch serves one request kind at a time, got {sorted(kinds)}")
         kind = kinds.pop()
-        run = {"token_stats": self._token_stats, "generate": self._generate,
-               "hidden_states": self._hidden_states, "grad_norm": self._grad_norm,
-               "causal_trace": lambda reqs: run_causal_traces(self, reqs)}.get(kind)
+        run = self.handlers.get(kind)
         if run is None:
             raise NotImplementedError(f"HFAdapter cannot serve {kind!r} requests")
         try:
-            return run(list(requests))
+            return run(self, list(requests))
         except Exception as e:  # noqa: BLE001 - re-raised unless it is an out-of-memory error
             if not _is_oom(e):
                 raise
             message = f"{type(e).__name__}: {str(e)[:200]}"
-        if kind == "generate" and self._generate_budget is not None:  # fewer rows at once from now on
-            b = self._generate_budget
-            self._generate_budget = dataclasses.replace(b, tokens=max(1, b.tokens // 2), max_batch=max(1, b.max_batch // 2))
         # Outside the except block the failed batch's frames (and tensors) are released.
         import torch
 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         raise OutOfMemory(f"{len(requests)} {kind} request(s) did not fit on {self.device}: {message}")
+
+    @classmethod
+    def static_capabilities(cls) -> Capabilities:
+        """Every registered kind, every token-statistic field: known before any weights load."""
+        return Capabilities(cls.handlers.kinds(), frozenset(TOKEN_FIELDS))
+
+    def capabilities(self) -> Capabilities:
+        return self.static_capabilities()
+
+    def tokens_used(self) -> tuple[int, int]:
+        return self.last_batch_tokens
+
+    def record_tokens(self, real: int, padded: int) -> None:
+        """What a handler's batch put through the model (for the executor's statistics)."""
+        self.last_batch_tokens = (int(real), int(padded))
 
     def budget_hint(self) -> dict | None:
         """Free device memory and a rough per-token cost, for batching.default_budget (cuda only).
@@ -138,10 +142,11 @@ class HFAdapter:
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
         GENERATE_GROUP batches at once and keeps its active rows under ``budget``
-        itself, so a freed slot has a waiting prompt to take. GradNorm takes many rows
-        (under the token budget) when it can batch them, and splits them by length."""
-        if kind == "grad_norm" and self._grad_runner().way() != "one_row":
-            return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * self.grad_rows))
+        itself, so a freed slot has a waiting prompt to take. A plugin kind's handler may
+        bring its own (``Handlers.add(..., group_budget=)``)."""
+        extra = self.handlers.group_budget(kind)
+        if extra is not None:
+            return extra(self, budget)
         if kind != "generate" or not self._lean_loop():
             return budget
         self._generate_budget = budget
@@ -167,7 +172,7 @@ class HFAdapter:
         return max(1, min(b.max_batch, b.tokens // max(r.length() for r in reqs)))
 
     # -- batching helpers
-    def _pad(self, seqs: list[tuple[int, ...]], side: str, reference: bool = True) -> tuple[Any, Any, Any, list[int]]:
+    def pad(self, seqs: list[tuple[int, ...]], side: str, reference: bool = True) -> tuple[Any, Any, Any, list[int]]:
         """Pad ids with the pad id; return ids, attention mask, position ids, starts.
 
         Padding is always masked. With ``attention_mask="reference"`` (and ``reference``)
@@ -200,7 +205,7 @@ class HFAdapter:
         pos = (mask.cumsum(-1) - 1).clamp(min=0) if side == "left" else None
         if reference and self.masked_id is not None:
             mask = mask * (ids != self.masked_id).long()
-        self.last_batch_tokens = (sum(map(len, seqs)), len(seqs) * width)
+        self.record_tokens(sum(map(len, seqs)), len(seqs) * width)
         dev = self.model.device
         return ids.to(dev), mask.to(dev), None if pos is None else pos.to(dev), starts
 
@@ -211,7 +216,7 @@ class HFAdapter:
             kw["position_ids"] = pos
         return kw
 
-    def _head_split(self) -> tuple[Any, Any] | None:
+    def head_split(self) -> tuple[Any, Any] | None:
         """(base model, output head) when ``logits == head(base(x))`` for this model.
 
         Then per-token statistics project only the scored rows, a chunk at a time, and
@@ -244,7 +249,7 @@ class HFAdapter:
         if any(not r.context_ids for r in reqs):
             raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
         side = self.padding_side or TokenStats.padding_side
-        ids, mask, pos, starts = self._pad([r.context_ids + r.continuation_ids for r in reqs], side)
+        ids, mask, pos, starts = self.pad([r.context_ids + r.continuation_ids for r in reqs], side)
         b_idx, t_idx, tgt = [], [], []
         for i, r in enumerate(reqs):
             first, n = starts[i] + len(r.context_ids) - 1, len(r.continuation_ids)  # logits at t predict t+1
@@ -254,7 +259,7 @@ class HFAdapter:
         dev = ids.device
         b_idx, t_idx, tgt = (torch.tensor(x, dtype=torch.long, device=dev) for x in (b_idx, t_idx, tgt))
         with torch.inference_mode():
-            split = self._head_split()
+            split = self.head_split()
             if split:
                 hidden = split[0](**self._inputs(ids, mask, pos))[0]
                 rows = lambda b, t: split[1](hidden[b, t]).float()  # noqa: E731
@@ -290,11 +295,11 @@ class HFAdapter:
         if self._lean_loop():
             loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs))
             results = loop.run(reqs)
-            self.last_batch_tokens = loop.tokens
+            self.record_tokens(*loop.tokens)
             return results
-        ids, mask, _, _ = self._pad([r.prompt_ids for r in reqs], "left")
+        ids, mask, _, _ = self.pad([r.prompt_ids for r in reqs], "left")
         results, padded = hf_generate(self, reqs, ids, mask)
-        self.last_batch_tokens = (sum(len(r.prompt_ids) + len(x.token_ids) for r, x in zip(reqs, results)), padded)
+        self.record_tokens(sum(len(r.prompt_ids) + len(x.token_ids) for r, x in zip(reqs, results)), padded)
         return results
 
     def _hidden_states(self, reqs: list[HiddenStates]) -> list[HiddenStatesResult]:
@@ -308,9 +313,9 @@ class HFAdapter:
         import torch
 
         side = self.padding_side or HiddenStates.padding_side
-        ids, mask, pos, starts = self._pad([r.ids for r in reqs], side, reference=False)
+        ids, mask, pos, starts = self.pad([r.ids for r in reqs], side, reference=False)
         with torch.inference_mode():
-            split = self._head_split()
+            split = self.head_split()
             net = split[0] if split else self.model
             hs = net(**self._inputs(ids, mask, pos), output_hidden_states=True).hidden_states
             out = []
@@ -323,21 +328,10 @@ class HFAdapter:
                 out.append(HiddenStatesResult(states))
         return out
 
-    def _grad_norm(self, reqs: list[GradNorm]) -> list[GradNormResult]:
-        """open-unlearning's GradNorm attack, in train mode (hf_grad.GradNormRunner picks
-        ghost norms, vmap or one backward per row; all give the same norms within float
-        rounding). Empty targets give NaN. Eval mode is restored."""
-        runner = self._grad_runner()
-        out = runner(list(reqs))
-        self.last_batch_tokens = (sum(r.length() for r in reqs), runner.padded_tokens)
-        return [GradNormResult(v) for v in out]
-
-    def _grad_runner(self) -> hf_grad.GradNormRunner:
-        if self._grad is None or (self._grad.mode, self._grad.rows) != (self.grad_mode, self.grad_rows):
-            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
-            self._grad = hf_grad.GradNormRunner(self.model, self.masked_id, self.grad_mode, self.grad_rows,
-                                                vmap_rows=max(1, GRAD_MEMORY_BYTES // max(1, size)))
-        return self._grad
+# The built-in kinds (through the instance, so a test may replace one method); a plugin's kind is added where it lives.
+HFAdapter.handlers.add("token_stats", lambda a, reqs: a._token_stats(reqs))
+HFAdapter.handlers.add("generate", lambda a, reqs: a._generate(reqs))
+HFAdapter.handlers.add("hidden_states", lambda a, reqs: a._hidden_states(reqs))
 
 
 def _stats_kernel(logits: Any, target: Any) -> tuple[Any, Any, Any, Any]:

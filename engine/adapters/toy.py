@@ -14,7 +14,11 @@ from typing import Sequence
 import numpy as np
 
 from ..requests import Generate, GenerateResult, Request, TokenStats, TokenStatsResult
+from ..backend import Capabilities, Identity, ModelAdapter, ModelResource
 from .base import Encoded, PromptTemplate
+
+# No full vocabulary statistics are withheld: a toy model gives every token-statistic field.
+TOY_CAPABILITIES = Capabilities(frozenset({"token_stats", "generate"}), frozenset({"logprob", "argmax", "mu", "var"}))
 
 ALPHABET = "\x00\x01 abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,:;?!'\"-\n"
 BOS, EOS = 0, 1
@@ -57,10 +61,13 @@ class ToyEncoder:
         return "".join(ALPHABET[i] for i in ids if not (skip_special_tokens and i in (BOS, EOS)))
 
 
-class ToyAdapter:
+class ToyAdapter(ModelAdapter):
     """The "weights": a fixed random bigram table. Counts every sequence it forwards."""
 
     device = "cpu"
+
+    def capabilities(self) -> Capabilities:
+        return TOY_CAPABILITIES
 
     def __init__(self, seed: int, sharpness: float):
         rng = np.random.default_rng(seed)
@@ -112,7 +119,7 @@ class ToyAdapter:
         return out
 
 
-class ToyModel:
+class ToyModel(ModelResource):
     """A model resource: fingerprint from (seed, sharpness), weights built on ``load()``."""
 
     kind = "model"
@@ -122,6 +129,14 @@ class ToyModel:
         self.sharpness = sharpness
         self.loads = 0
         self.adapter: ToyAdapter | None = None
+
+    backend = "toy"
+
+    def capabilities(self) -> Capabilities:
+        return TOY_CAPABILITIES
+
+    def identity(self) -> Identity:
+        return Identity("toy", "cpu", in_fingerprint=True)  # the key it always had: fp@cpu
 
     def fingerprint(self) -> str:
         return hashlib.sha256(f"toy-bigram|{self.seed}|{self.sharpness}|{ALPHABET}".encode()).hexdigest()
@@ -136,3 +151,14 @@ class ToyModel:
 
     def describe(self) -> dict:
         return {"type": "toy-bigram", "seed": self.seed}
+
+    def label(self) -> str:
+        return f"toy:{self.seed}"
+
+
+def from_spec(target: str = "0") -> ToyModel:
+    """``toy:SEED`` (the ``evaldag.backends`` factory)."""
+    try:
+        return ToyModel(seed=int(target or 0))
+    except ValueError:
+        raise ValueError(f"toy:{target}: the toy backend takes an integer seed") from None

@@ -19,6 +19,7 @@ from ..outfolder import META, is_our_link
 from ..render import FORMATS, render
 from ..render.report_html import load_run_folder
 from ..render.view import from_graph, from_run_dir
+from ..planner import plan
 from ..resources import ResourceSet
 from .run import BENCH_OPTIONS_HINT, config_error, configs
 
@@ -61,6 +62,11 @@ def plan_view(args: argparse.Namespace):
                 continue
         nodes += b.plan(cfg)  # structure only: no data or model needed
     graph = Graph(nodes)
+    if bound:  # which backend will serve each scorer (a refusal is the run's one error line)
+        served = plan(graph, ResourceSet(resources))
+        for key, backends in served.labels.items():
+            said = ", ".join(f"{res}: {label}" for res, label in sorted(backends.items()))
+            print(f"evaldag: {graph.vertices[key].label} <- {said}", file=sys.stderr)
     store = None
     if bound:
         try:

@@ -15,10 +15,11 @@ from ..benchmark import BENCHMARKS, Benchmark, did_you_mean, positive_int, write
 from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
-from ..graph import GraphError
+from ..graph import Graph, GraphError
 from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, staged, write
+from ..planner import plan
 from ..redact import redact_argv
-from ..resources import MissingResource
+from ..resources import MissingResource, ResourceSet
 from .. import runlog
 from ..run import run
 from .added import added_metrics
@@ -255,6 +256,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
             nodes += n
             resources.update(res)
         nodes += added_metrics(args.add_metric, resources)
+        plan(Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
         with cache.filehash.active():  # a resource that can check its input does so once, up front

@@ -8,7 +8,7 @@ output (``restore="hidden"``), or the MLP / attention outputs of a ``window`` of
 around it. Each cell records P(answer) at the last position, the answer being the clean
 run's argmax token (ROME, lm-debugger) or the edit's ``target_true`` first token.
 
-Every cell is one :class:`~evaldag.engine.requests.CausalTrace` request: the executor
+Every cell is one :class:`~.trace_backend.CausalTrace` request: the executor
 batches the cells (two forward passes per batch) and caches each one.
 
 Per edit the value holds the [positions x layers] grid, the corrupted ("low") and clean
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ...engine import HiddenStates, Params, Result, metric
-from ...engine.requests import CausalTrace
+from .trace_backend import CausalTrace
 from .prompts import check_edit, encode, subject_range, target_ids
 
 
@@ -40,7 +40,7 @@ class TraceParams(Params):
     occurrence: Literal["first", "last"] = "first"  # which mention of the subject is corrupted (ROME: first)
 
 
-@metric("embedding_std", version="1", needs=("base_model", "edits"))
+@metric("embedding_std", version="1", needs=("base_model", "edits"), requests={"base_model": {"hidden_states": ()}})
 def embedding_std(base_model: Any, edits: list[dict]):
     """Std of the input embeddings of every subject's tokens (ROME's ``collect_embedding_std``)."""
     enc = base_model.encoder()
@@ -62,7 +62,8 @@ def _chosen(edits: list[dict], which: tuple[int, ...] | None) -> list[int]:
     return idx
 
 
-@metric("causal_trace", version="1", params=TraceParams, needs=("base_model", "edits"), parents=_parents)
+@metric("causal_trace", version="1", params=TraceParams, needs=("base_model", "edits"), parents=_parents,
+        requests={"base_model": {"causal_trace": ()}})
 def causal_trace(base_model: Any, edits: list[dict], params: TraceParams, emb_std: float | None = None):
     """ROME's causal trace: P(answer) with the subject corrupted and one state restored, per (position, layer)."""
     enc = base_model.encoder()

@@ -35,7 +35,8 @@ def _score(logprob: np.ndarray, compare: str) -> float:
     return float(np.mean(logprob)) if compare == "mean_token" else float(np.sum(logprob))
 
 
-@metric("efficacy", version="1", params=EfficacyParams, needs=("model", "edits"))
+@metric("efficacy", version="1", params=EfficacyParams, needs=("model", "edits"),
+        requests={"model": {"token_stats": ("logprob",)}})
 def efficacy(model: Any, edits: list[dict], params: EfficacyParams):
     """Share of prompts where the edit holds: P(new) > P(true) (P(true) > P(new) on neighbourhood prompts)."""
     enc = model.encoder()
@@ -72,7 +73,7 @@ def _first_token_requests(enc: Any, edits: list[dict], token_of: Any) -> list[To
     return out
 
 
-@metric("pre_edit_argmax", version="1", needs=("base_model", "edits"))
+@metric("pre_edit_argmax", version="1", needs=("base_model", "edits"), requests={"base_model": {"token_stats": ("argmax",)}})
 def pre_edit_argmax(base_model: Any, edits: list[dict]):
     """The unedited model's argmax next token after each edit prompt (lm-debugger's pre-hook)."""
     enc = base_model.encoder()
@@ -81,7 +82,8 @@ def pre_edit_argmax(base_model: Any, edits: list[dict]):
     return [int(g.argmax[0]) for g in got]
 
 
-@metric("efficacy_dataset", version="1", needs=("model", "edits"), parents={"true_tokens": "pre_edit_argmax"})
+@metric("efficacy_dataset", version="1", needs=("model", "edits"), parents={"true_tokens": "pre_edit_argmax"},
+        requests={"model": {"token_stats": ("logprob",)}})
 def efficacy_dataset(model: Any, edits: list[dict], true_tokens: list[int]):
     """lm-debugger's Efficacy Score (Dataset): edited logit of target_new's first token > of the unedited argmax."""
     enc = model.encoder()

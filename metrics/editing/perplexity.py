@@ -60,7 +60,8 @@ def _ppl(got: list, wins: list, weighting: str) -> float:
     return math.exp(nll_sum / n_tokens) if n_tokens else float("nan")
 
 
-@metric("perplexity", version="1", params=PerplexityParams, needs=("model", "texts"))
+@metric("perplexity", version="1", params=PerplexityParams, needs=("model", "texts"),
+        requests={"model": {"token_stats": ("logprob",)}})
 def perplexity(model: Any, texts: list, params: PerplexityParams):
     """Perplexity of the text set under HF's sliding-window recipe (stride, max length)."""
     strings = [t["text"] if isinstance(t, dict) else str(t) for t in texts]

@@ -34,7 +34,7 @@ from pydantic import Field
 
 from ...engine import Params, Result, metric
 from ...engine.adapters.base import PromptTemplate
-from ...engine.requests import Generate, GenerationSettings
+from ...engine.requests import Generate, GenerateText, GenerationSettings
 from .bootstrap import BootstrapMode, bootstrap_intervals
 from .items import ProbeItem
 from .marks import MarkDefinition
@@ -162,7 +162,8 @@ def probe_items(params: ProbeSpec) -> dict:
     return {"probe": probe.name, "items": [it.to_json_dict() for it in items]}
 
 
-@metric("probes.attempts", version="1", params=AttemptParams, parents={"items": "probes.items"}, needs=("model",))
+@metric("probes.attempts", version="1", params=AttemptParams, parents={"items": "probes.items"}, needs=("model",),
+        requests={"model": {"generate|generate_text": ()}})
 def probe_attempts(items: dict, model: Any, params: AttemptParams):
     """Every attempt's answer, generated through the executor (one request per attempt).
 
@@ -187,18 +188,20 @@ def probe_attempts(items: dict, model: Any, params: AttemptParams):
         i, p, r = where[first]
         raise ProbeError(f"{name}: item {i}, prompt {p}, repetition {r}: {bad[first]} "
                          f"({len(bad)} of {len(keys)} attempts have no answer)")
-    enc = model.encoder()
+    text_backend = "generate" not in model.capabilities().kinds  # replay, a callable: prompts go as text
+    enc = None if text_backend else model.encoder()
     template = PromptTemplate.chat() if params.chat_template else PromptTemplate(
         user_start_tag="", user_end_tag="", asst_start_tag="", asst_end_tag="")
     prompt_ids: dict[str, tuple[int, ...]] = {}
     reqs = []
     for text, _, j in keys:
-        if text not in prompt_ids:
+        if enc is not None and text not in prompt_ids:
             prompt_ids[text] = enc.encode_qa(text, "", template).prompt_ids
         settings = GenerationSettings(max_new_tokens=params.max_new_tokens, do_sample=params.do_sample,
                                       temperature=params.temperature, top_p=params.top_p,
                                       seed=attempt_seed(params.seed, j) if params.do_sample else None)
-        reqs.append(Generate(prompt_ids[text], settings, sample_index=j if distinct else 0))
+        index = j if distinct else 0
+        reqs.append(GenerateText(text, settings, index) if text_backend else Generate(prompt_ids[text], settings, sample_index=index))
     results = yield reqs
     return {"probe": name, "answers": [res.text for res in results]}
 

@@ -211,7 +211,8 @@ def mia_min_k(forget: dict, holdout: dict, params: KParams) -> Result:
     return _attack(forget, holdout, lambda s: mia_min_k_score(s.logprob, k=params.k))
 
 
-@metric("mia_min_k_plus_plus", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_min_k_plus_plus", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT},
+        uses={"token_stats": ("mu", "var")})
 def mia_min_k_plus_plus(forget: dict, holdout: dict, params: KParams) -> Result:
     """Min-K%++ attack: Min-K% on log-probs standardised by the model's own mean and variance."""
     return _attack(forget, holdout, lambda s: mia_min_k_plus_plus_score(s.logprob, s.mu, s.var, k=params.k))

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ...engine import Generate, GenerationSettings, GradNorm, Params, TokenStats, metric
+from ...engine import Generate, GenerationSettings, Params, TokenStats, metric
 from ...engine.adapters.base import PromptTemplate
 from ...engine.requests import pack_token_stats, unpack_token_stats
+from .grad_backend import GradNorm
 
 
 class QAParams(Params):
@@ -39,7 +40,8 @@ def _options(row: dict, field: str, where: str) -> list[str]:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
-@metric("qa_stats", version="1", params=QAParams, needs=("model", "data"))
+@metric("qa_stats", version="1", params=QAParams, needs=("model", "data"),
+        requests={"model": {"token_stats": ("logprob", "argmax")}})
 def qa_stats(model: Any, data: list[dict], params: QAParams):
     """Per-token stats of each answer (each option of a list field) given its question."""
     enc = model.encoder()
@@ -150,7 +152,7 @@ class GenParams(Params):
     max_length: int = 512
 
 
-@metric("qa_generations", version="1", params=GenParams, needs=("model", "data"))
+@metric("qa_generations", version="1", params=GenParams, needs=("model", "data"), requests={"model": {"generate": ()}})
 def qa_generations(model: Any, data: list[dict], params: GenParams):
     """One greedy generation per question prompt, whatever the number of metrics reading it."""
     enc = model.encoder()
@@ -175,7 +177,8 @@ class CompletionParams(Params):
     max_length: int = 2048
 
 
-@metric("completion_stats", version="1", params=CompletionParams, needs=("model", "data"))
+@metric("completion_stats", version="1", params=CompletionParams, needs=("model", "data"),
+        requests={"model": {"token_stats": ("logprob", "argmax")}})
 def completion_stats(model: Any, data: list[dict], params: CompletionParams):
     """Per-token stats of each text given its prefix (no eos appended, as the reference)."""
     enc = model.encoder()
@@ -193,7 +196,8 @@ class CompletionGenParams(CompletionParams):
     stop_strings: tuple[str, ...] = ()
 
 
-@metric("completion_generations", version="1", params=CompletionGenParams, needs=("model", "data"))
+@metric("completion_generations", version="1", params=CompletionGenParams, needs=("model", "data"),
+        requests={"model": {"generate": ()}})
 def completion_generations(model: Any, data: list[dict], params: CompletionGenParams):
     """One greedy continuation per prefix."""
     enc = model.encoder()
@@ -214,7 +218,7 @@ class GradNormParams(QAParams):
     max_length: int | None = None  # None: open-unlearning's 512 for QA rows, 2048 for completions
 
 
-@metric("grad_norms", version="2", params=GradNormParams, needs=("model", "data"))
+@metric("grad_norms", version="2", params=GradNormParams, needs=("model", "data"), requests={"model": {"grad_norm": ()}})
 def grad_norms(model: Any, data: list[dict], params: GradNormParams):
     """Per-item gradient norms of the answer's mean NLL (``values``), and the tokens
     ``max_length`` cut from each item (``truncated``), as the stats nodes keep them."""

@@ -14,7 +14,8 @@ from evaldag.engine.adapters.base import OutOfMemory, PromptTemplate
 from evaldag.engine.adapters.hf import HFAdapter, HFModel
 from evaldag.engine.cache import Cache, file_sha256
 from evaldag.engine.executor import Executor
-from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, HiddenStates, TokenStats
+from evaldag.engine.requests import Generate, GenerationSettings, HiddenStates, TokenStats
+from evaldag.metrics.unlearning.grad_backend import GradNorm
 
 from ..conftest_models import (
     OPEN_UNLEARNING, TINY_LLAMA, model, one_thread, qa_texts, resource, tofu_rows, tokenizer,

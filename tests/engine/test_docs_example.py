@@ -186,3 +186,15 @@ def test_the_mia_example_matches_the_library_attack(tmp_path, monkeypatch):
     mine, lib = res["mine"], res["library"]
     assert mine.agg_value == pytest.approx(lib.agg_value, abs=0) and 0.0 <= mine.agg_value <= 1.0
     assert mine.extra["forget"] == lib.extra["forget"]
+
+
+def test_writing_a_backend_minimal_backend_runs(tmp_path, capsys):
+    """docs/writing-a-backend.md's minimal backend, run as written: its one number, by hand."""
+    text = (ROOT / "docs" / "writing-a-backend.md").read_text()
+    blocks = _section_blocks(text, "A minimal backend")
+    ns = {"CACHE": str(tmp_path), "__name__": "doc_backend"}
+    for block in blocks:
+        exec(compile(block, "writing-a-backend.md", "exec"), ns)
+    # "Answer: " + "bbc" + eos: after " " comes "b" (-1), after "b" "b" (0), "c" (-1), then eos (-1)
+    assert float(capsys.readouterr().out) == pytest.approx(np.exp(-3 / 4), rel=1e-6)
+    assert ns["result"]["p"].agg_value == pytest.approx(np.exp(-3 / 4), rel=1e-6)

@@ -45,7 +45,7 @@ def plain_generate(adapter, reqs, batch: int = 16):
     out, real, padded = [], 0, 0
     for a in range(0, len(reqs), batch):
         part = reqs[a : a + batch]
-        ids, mask, _, _ = adapter._pad([r.prompt_ids for r in part], "left")
+        ids, mask, _, _ = adapter.pad([r.prompt_ids for r in part], "left")
         got, cost = hf_generate(adapter, part, ids, mask)
         out += got
         real, padded = real + sum(len(r.prompt_ids) + len(g.token_ids) for r, g in zip(part, got)), padded + cost
@@ -102,7 +102,7 @@ def test_seeded_sampling_and_stop_strings_do_not_depend_on_neighbours():
     loop = lambda slots: DecodeLoop(adapter.model, adapter.tokenizer, adapter.pad_id, adapter.masked_id, slots)  # noqa: E731
     batched = loop(3).run(reqs)  # three rows at once: rows leave and newcomers join
     alone = [loop(1).run([r])[0] for r in reqs]
-    ids, mask, _, _ = adapter._pad([r.prompt_ids for r in reqs], "left")
+    ids, mask, _, _ = adapter.pad([r.prompt_ids for r in reqs], "left")
     plain, _ = hf_generate(adapter, reqs, ids, mask)
     for b, a, p, r in zip(batched, alone, plain, reqs):
         same(b, a)

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from evaldag.engine.adapters import hf_ghost, hf_grad
+from evaldag.metrics.unlearning import grad_backend, hf_ghost, hf_grad
 from evaldag.engine.adapters.base import PromptTemplate
 from evaldag.engine.adapters.hf import HFAdapter, HFModel
 from evaldag.engine.executor import Executor
-from evaldag.engine.requests import GradNorm
+from evaldag.metrics.unlearning.grad_backend import GradNorm
 
 from ..conftest_models import TINY_LLAMA, model, one_thread, tofu_rows, tokenizer
 
@@ -31,7 +31,7 @@ def grad_requests(res, n: int = 60) -> list[GradNorm]:
 
 def one_row_values(adapter: HFAdapter, reqs: list[GradNorm]) -> list[float]:
     single = HFAdapter(adapter.model, adapter.tokenizer)
-    single.grad_rows = 1  # open-unlearning's one backward per row
+    grad_backend.configure(single, rows=1)  # open-unlearning's one backward per row
     return [r.value for r in single.run_batch(reqs)]
 
 
@@ -46,11 +46,11 @@ def spy(monkeypatch, name: str) -> list[int]:
 def test_batched_grad_norms_equal_one_row_backward_passes(monkeypatch, mode):
     res = HFModel(str(TINY_LLAMA / "target"))
     adapter, reqs = res.load(), grad_requests(res)
-    assert adapter.grad_mode == "auto" and adapter._grad_runner().way() == "ghost"  # the default on this CPU model
+    assert grad_backend.runner(adapter).mode == "auto" and grad_backend.runner(adapter).way() == "ghost"  # the default on this CPU model
     if mode == "vmap":
         assert max(Counter(r.length() for r in reqs).values()) >= 5  # rows of one length really share a backward
     calls = spy(monkeypatch, "ghost_norms" if mode == "ghost" else "many_rows")
-    adapter.grad_mode, adapter.grad_rows = mode, 4
+    grad_backend.configure(adapter, mode, 4)
     batched = [r.value for r in adapter.run_batch(reqs)]
     assert max(calls) == 4 and sum(c for c in calls if c > 1) >= len(reqs) // 2
     n_calls = len(calls)
@@ -134,5 +134,5 @@ def test_a_ghost_rule_that_disagrees_on_the_first_row_is_dropped(monkeypatch, fi
     monkeypatch.setattr(hf_grad, "ghost_norms", lambda *a: {k: v * 1.01 for k, v in good(*a).items()})
     with pytest.warns(UserWarning, match="disagree"):
         got = [r.value for r in adapter.run_batch(reqs)]
-    assert adapter._grad_runner().way() == "one_row"
+    assert grad_backend.runner(adapter).way() == "one_row"
     assert got == one_row_values(adapter, reqs)  # bit-identical: every row took one backward

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evaldag.engine import run
 from evaldag.engine.adapters import HFModel
-from evaldag.engine.requests import CausalTrace
+from evaldag.metrics.editing.trace_backend import CausalTrace
 from evaldag.metrics.editing.causal_trace import causal_trace
 
 from ..editing_reference import rome_trace

@@ -142,9 +142,11 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
 
     from evaldag.engine.adapters.base import PromptTemplate
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_adapter import GRAD_ROWS
+    from evaldag.metrics.unlearning.grad_backend import GRAD_ROWS
     from evaldag.engine.batching import default_budget, pack
-    from evaldag.engine.requests import Generate, GenerationSettings, GradNorm, TokenStats
+    from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
+    from evaldag.metrics.unlearning import grad_backend
+    from evaldag.metrics.unlearning.grad_backend import GradNorm
 
     device = "cpu" if smoke else "cuda"
     shape = {**SMALL, "num_hidden_layers": 2} if smoke else ONE_B
@@ -187,7 +189,7 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
         outs = []
         for a in range(0, len(gens), batch):
             part = gens[a : a + batch]
-            ids, mask, _, _ = adapter._pad([g.prompt_ids for g in part], "left")
+            ids, mask, _, _ = adapter.pad([g.prompt_ids for g in part], "left")
             with torch.inference_mode():
                 outs.append(adapter.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
                                                    pad_token_id=tok.eos_token_id))
@@ -207,16 +209,16 @@ def gpu_bench(tmp: Path, smoke: bool) -> None:
             print(f"  transformers generate_batch failed: {type(e).__name__}: {str(e)[:200]}")
 
     grads = [GradNorm(e.context_ids, e.continuation_ids) for e in qa[: (32 if smoke else 256)]]
-    adapter.grad_rows = 1
+    grad_backend.configure(adapter, rows=1)
     s, one = timed(lambda: [adapter.run_batch([g])[0] for g in grads])
     print(f"  GradNorm, one row per backward: {len(grads) / s:.1f} rows/s, {sum(g.length() for g in grads) / s:,.0f} tokens/s")
     for mode, rows in (("ghost", GRAD_ROWS), ("ghost", 4 * GRAD_ROWS), ("vmap", 16)):
-        adapter.grad_mode, adapter.grad_rows = mode, rows
+        grad_backend.configure(adapter, mode, rows)
         s, many = timed(lambda: adapter.run_batch(grads))
         rel = max(abs(a.value - b.value) / abs(a.value) for a, b in zip(one, many) if a.value == a.value)
         print(f"  GradNorm, {mode} (<= {rows} rows per backward): {len(grads) / s:.1f} rows/s; "
               f"largest relative difference {rel:.1e}")
-    adapter.grad_mode, adapter.grad_rows = "auto", GRAD_ROWS
+    grad_backend.configure(adapter)
 
 
 def main() -> None:

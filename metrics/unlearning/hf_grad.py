@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..requests import GradNorm
+from .grad_request import GradNorm
 from .hf_ghost import ghost_norms, supported
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.

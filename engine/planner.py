@@ -1,0 +1,117 @@
+"""The planner: every vertex's model work checked against its backend, before any runs.
+
+Why before: a server that gives only the chosen token's log-prob cannot compute Min-K%++;
+finding that out after an hour of generation, or from a NaN in the report, is the failure
+this module exists to prevent. Nothing is loaded and no request is sent: scorers declare
+what they emit (``@metric(requests={"model": {"token_stats": ("logprob", "argmax")}})``),
+metrics that read their ancestors' token statistics declare the fields they use
+(``@metric(uses={"token_stats": ("mu", "var")})``), and backends declare their
+:class:`~evaldag.engine.backend.Capabilities`.
+
+A scorer vertex's needs are its own declaration plus every descendant's ``uses`` of a
+kind it emits. A :class:`~evaldag.engine.backend.Routed` resource (``--fallback``) serves a
+vertex with its primary when the primary can, else with its fallback: all of one vertex's
+requests go to one backend. What no backend can serve is one :class:`PlanError` naming the
+metrics, what is missing, what the backend gives and the way out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backend import ModelResource, Routed, declared_needs
+from .graph import Graph, GraphError, Vertex
+
+
+class PlanError(GraphError):
+    """A vertex needs what its backend cannot give (one line: metrics, capability, way out)."""
+
+
+@dataclass
+class Plan:
+    """Which backend serves each scorer vertex's model resources."""
+
+    serving: dict[tuple[str, str], ModelResource] = field(default_factory=dict)  # (vertex key, run resource) -> backend
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # vertex key -> run resource -> backend label
+
+    def resource(self, v: Vertex, run_name: str, model: Any) -> Any:
+        """The backend that serves ``v``'s requests to ``run_name`` (``model`` when not planned)."""
+        return self.serving.get((v.key, run_name), model)
+
+
+def _models(resources: Any) -> dict[str, ModelResource]:
+    """The run's model resources that follow the contract, read without loading anything."""
+    out = {}
+    for name, res in resources.supplied.items():
+        if res.kind == "model" and isinstance(res.value(), ModelResource):
+            out[name] = res.value()
+    return out
+
+
+def _needs(graph: Graph) -> dict[str, dict[str, dict[str, dict[str, set[str]]]]]:
+    """scorer vertex key -> local resource -> kind -> metric name -> fields it needs."""
+    out: dict[str, dict[str, dict[str, dict[str, set[str]]]]] = {}
+    order = graph.order()
+    for v in order:
+        for res, kinds in declared_needs(v.metric.requests).items():
+            for kind, fields in kinds.items():
+                out.setdefault(v.key, {}).setdefault(res, {}).setdefault(kind, {}).setdefault(v.metric.name, set()).update(fields)
+    for v in order:  # descendants' uses reach every ancestor scorer that emits the kind
+        uses = declared_needs({"": v.metric.uses})[""] if v.metric.uses else {}
+        if not uses:
+            continue
+        seen, stack = set(), list(v.parent_keys.values())
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            stack.extend(graph.vertices[k].parent_keys.values())
+            for res, kinds in out.get(k, {}).items():
+                for kind, fields in uses.items():
+                    if kind in kinds:
+                        kinds[kind].setdefault(v.metric.name, set()).update(fields)
+    return out
+
+
+def _way_out(run_name: str, routed: bool) -> str:
+    if routed:
+        return "drop it, or give a fallback that serves it"
+    prefix = run_name[: -len("model")].replace("_", "-") if run_name.endswith("model") else f"{run_name}-"
+    return f"drop it, or add --{prefix}fallback hf:DIR"
+
+
+def plan(graph: Graph, resources: Any) -> Plan:
+    """Check every scorer vertex against its backends; return who serves what, or raise PlanError."""
+    models = _models(resources)
+    out, problems = Plan(), []
+    for key, by_res in _needs(graph).items():
+        v = graph.vertices[key]
+        for local, kinds in by_res.items():
+            run_name = v.bind.get(local, local)
+            model = models.get(run_name)
+            if model is None:
+                continue
+            candidates = [model.primary, model.fallback] if isinstance(model, Routed) else [model]
+            chosen = next((c for c in candidates if all(
+                c.capabilities().missing(kind, set().union(*by_metric.values())) is None
+                for kind, by_metric in kinds.items())), None)
+            if chosen is not None:
+                out.serving[(key, run_name)] = chosen
+                out.labels.setdefault(key, {})[run_name] = chosen.label()
+                continue
+            last = candidates[-1]
+            wants: dict[str, list[str]] = {}  # what is missing -> the metrics that need it
+            for kind, by_metric in sorted(kinds.items()):
+                for m, f in sorted(by_metric.items()):
+                    what = last.capabilities().missing(kind, f)
+                    if what:
+                        wants.setdefault(what, []).append(m)
+            clauses = [f"{', '.join(ms)} {'needs' if len(ms) == 1 else 'need'} {what}" for what, ms in wants.items()]
+            them = "it" if sum(map(len, wants.values())) == 1 else "them"
+            problems.append(f"{', '.join(clauses)}; {last.label()} gives {last.capabilities().gives()}: "
+                            + _way_out(run_name, isinstance(model, Routed)).replace("drop it", f"drop {them}"))
+    if problems:
+        raise PlanError("; ".join(dict.fromkeys(problems)))
+    return out
