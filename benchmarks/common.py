@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
 from ..engine.adapters.placement import parse_max_memory
-from .tofu.data import load_template_args
+from .template_args import load_template_args
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
 RESOURCE_FLAGS = {"model": "--model DIR", "retain_model": "--retain-model DIR", "reference_model": "--reference-model DIR"}

@@ -31,7 +31,7 @@ from evaldag.engine.render.clusters import cluster_order, guess_split, is_model_
 from evaldag.engine.requests import unpack_token_stats
 from evaldag.benchmarks import toy as toy_bench
 from evaldag.benchmarks.tofu.benchmark import TofuBenchmark
-from evaldag.benchmarks.unlearning_report import per_item
+from evaldag.benchmarks.unlearning.report import per_item
 
 TOFU_SPLITS = splits_of([TofuBenchmark()])  # forget / holdout / retain and TOFU's real authors, world facts
 
