@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ...engine.benchmark import BENCHMARKS, write_report_html
+from ...engine.registry import BENCHMARKS
+from ...engine.report import write_report_html
 from ...engine.cache import Cache
 from ...engine.outputs import fmt
 from ...engine.outputs import write as write_files

@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from ...engine import Node, Value
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report
 from .eval_logs import EvalLogs, load_eval_logs
@@ -28,6 +29,7 @@ class UnlearningBenchmark(Benchmark):
     default_metrics: ClassVar[tuple[str, ...]] = ()
     mia_metrics: ClassVar[tuple[str, ...]] = ()
     resource_flags = common.RESOURCE_FLAGS
+    takes_model = True  # --model is the CLI's (engine/cli/models.py); model_options reads args.model
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()), groups={"mia": self.mia_metrics})

@@ -12,14 +12,17 @@ import os
 import sys
 from pathlib import Path
 
-from ..benchmark import BENCHMARKS, Benchmark, benchmarks_of, splits_of
+from ..benchmark import Benchmark
 from ..cache import Cache
 from ..graph import Graph
 from ..outfolder import META, is_our_link
+from ..registry import BENCHMARKS
 from ..render import FORMATS, render
+from ..report import benchmarks_of, splits_of
 from ..render.report_html import load_run_folder
 from ..render.view import from_graph, from_run_dir
 from ..resources import ResourceSet
+from .models import add_model_option, for_model, model_specs
 from .run import config_error, configs
 
 
@@ -35,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     g.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
     g.add_argument("--cache-dir", default=None, help="plan view: mark nodes this cache already holds (fingerprints resources)")
     g.add_argument("--show-resources", action="store_true", help="draw inputs (model, data splits) as nodes too")
+    add_model_option(g, benches)
     for b in benches:
         b.add_arguments(g)
     return g
@@ -44,6 +48,10 @@ def plan_view(args: argparse.Namespace):
     """Build the benchmarks' nodes (no model loaded) and their plan view."""
     names = args.benchmarks or ["toy"]
     benches = [BENCHMARKS.get(n) for n in names]
+    models = model_specs(args)
+    if len(models) > 1:
+        raise ValueError(f"--model: a plan is drawn for one checkpoint, got {len(models)}")
+    args = for_model(args, models[0])
     nodes, resources = [], {}
     bound = bool(args.cache_dir)  # every benchmark's resources, so fingerprints and cache status
     for b, cfg in zip(benches, configs(args, benches)):

@@ -7,7 +7,7 @@
     evaldag cache info|ls|explain|verify|clear|prune
     evaldag demo                          (and any command registered under ``evaldag.commands``)
 
-Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.benchmark`);
+Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.registry`);
 only the ones a command names are imported, so a warm rerun of one benchmark never
 imports another's data loaders. Commands from ``evaldag.commands`` are named from
 their entry points and their module is imported only when that command runs (or for
@@ -23,7 +23,7 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-from ..benchmark import BENCHMARKS
+from ..registry import BENCHMARKS
 from . import cache, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``

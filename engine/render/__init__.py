@@ -11,7 +11,7 @@ finished run, or a :class:`View` you built yourself::
 
 The package knows no benchmark: the report page draws the generic parts (metrics,
 graph, run statistics) and the :class:`Section` objects its ``plugins`` hand it;
-``evaldag.engine.benchmark.write_report_html`` passes the benchmarks the runs ran.
+``evaldag.engine.report.write_report_html`` passes the benchmarks the runs ran.
 Nothing here needs a system binary or the network; the output is deterministic.
 """
 

@@ -282,7 +282,7 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
     """The page for ``out_dirs``: Metrics, the ``plugins``' sections, Graph, Run statistics.
 
     ``plugins`` (or a function of the loaded runs that returns them) supply their own
-    sections and data-split names; ``evaldag.engine.benchmark.build_report_html`` passes
+    sections and data-split names; ``evaldag.engine.report.build_report_html`` passes
     the benchmarks the runs ran. ``shown`` names the folders in titles (default: themselves).
     """
     runs = [load_run_folder(p, s) for p, s in zip(out_dirs, shown or [None] * len(out_dirs))]

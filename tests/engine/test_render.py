@@ -25,7 +25,7 @@ import pytest
 from evaldag.engine import Graph, Params, Result, Value, Rows, metric, render, run, write_report
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine import cli
-from evaldag.engine.benchmark import build_report_html, splits_of
+from evaldag.engine.report import build_report_html, splits_of
 from evaldag.engine.render import layout as layout_mod, plots
 from evaldag.engine.render.clusters import cluster_order, guess_split, is_model_like
 from evaldag.engine.requests import unpack_token_stats
