@@ -30,6 +30,7 @@ from .cache import Cache
 from .outputs import write as write_report
 from .results import Result, RunResult
 from .run import run
+from . import views as _views  # noqa: F401  (render draws a Graph / RunResult through it)
 
 __all__ = [
     "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "GraphError",

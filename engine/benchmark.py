@@ -5,8 +5,9 @@ typed :attr:`Benchmark.Config` (the one place an ``argparse.Namespace`` is read)
 builds its graph and resources from that config, writes any extra output files and
 draws its own report sections. It is found through the ``evaldag.benchmarks`` entry
 points (``registry.py``); its menu of metric names is a ``MetricMenu`` (``menu.py``); the
-report that draws its sections is ``report.py``. This module imports nothing of drawing
-(``render/`` is named only for type hints).
+report that draws its sections is ``report.py``. This module imports nothing of drawing:
+the drawing types it mentions (``Split``, ``RunFolder``, ``Section``) are ``render/``'s,
+named in words, not imported.
 
 A Python user builds the config and calls ``build`` directly::
 
@@ -18,16 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import pydantic
 
 from .declare import Node
 from .menu import MetricMenu
-
-if TYPE_CHECKING:  # hints only: the plugin base imports nothing of drawing
-    from .render.clusters import Split
-    from .render.report_html import RunFolder, Section
 
 
 class Benchmark:
@@ -44,7 +41,7 @@ class Benchmark:
     Config: ClassVar[type[pydantic.BaseModel]] = pydantic.BaseModel
     metadata: ClassVar[dict] = {}
     #: data splits its names mention beyond forget / holdout / retain (bands of the graph drawing)
-    splits: ClassVar[tuple[Split, ...]] = ()
+    splits: ClassVar[tuple[Any, ...]] = ()  # render.clusters.Split
     #: resource -> the flag that supplies it (the hint when a graph misses that resource)
     resource_flags: ClassVar[dict[str, str]] = {}
     #: True: the benchmark evaluates a model named by ``--model``. The run command then owns
@@ -75,8 +72,9 @@ class Benchmark:
         """Extra files next to the engine's ``<GROUP>_EVAL.json`` / ``_SUMMARY.json`` / ``run.json``."""
         return []
 
-    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        """Sections of ``report.html`` drawn from the loaded run folders (default: none)."""
+    def report_sections(self, runs: list[Any]) -> list[Any]:
+        """Sections of ``report.html`` (``render.report_html.Section``) drawn from the loaded
+        run folders (``render.report_html.RunFolder``); default: none."""
         return []
 
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:

@@ -16,10 +16,11 @@ from typing import Iterable, Sequence
 from .benchmark import Benchmark
 from .registry import BENCHMARKS, BenchmarkRegistry
 from .render.clusters import Split, split_vocabulary
-from .render.report_html import RunFolder
+from .cache import atomic_write
+from .outfolder import is_our_link, is_report, set_folder
+from .redact import redact_text
+from .render.report_html import RunFolder, load_run_folder
 from .render.report_html import build_report_html as _build_page
-from .render.report_html import write_report_html as _write_page
-from .render.report_html import write_report_html as _write_page
 
 
 def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
@@ -45,18 +46,45 @@ def splits_of(benchmarks: Iterable[Benchmark]) -> tuple[Split, ...]:
     return split_vocabulary(b.splits for b in benchmarks)
 
 
+def runs_of(out_dirs: Sequence[str | os.PathLike], shown: Sequence[str | os.PathLike] | None = None) -> list[RunFolder]:
+    """Each folder's files, all from its published set (never a mix of two runs); ``shown``
+    names it in titles (the --out folder while its set is still being staged)."""
+    runs = []
+    for path, name in zip(out_dirs, shown or [None] * len(out_dirs)):
+        given = Path(path)
+        if not given.is_dir():
+            raise FileNotFoundError(f"{given}: not a folder (give the --out folder of a run)")
+        runs.append(load_run_folder(set_folder(given), shown=name if name is not None else given))
+    return runs
+
+
 def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
-                      registry: BenchmarkRegistry = BENCHMARKS) -> str:
-    """The report page for finished runs, with the sections of the benchmarks they ran."""
-    return _build_page(out_dirs, title, plugins=lambda runs: benchmarks_of(runs, registry))
+                      registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None) -> str:
+    """The report page for finished runs, with the sections of the benchmarks they ran
+    (folder names redacted: a token in a path is not printed)."""
+    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: benchmarks_of(runs, registry),
+                       redact=redact_text)
 
 
 def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
                       title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS,
                       shown: Sequence[str | os.PathLike] | None = None) -> Path:
-    """``report.html`` for finished runs, with the sections of the benchmarks they ran
-    (``shown``: the folder names titles use, when the files are read from a stage)."""
-    return _write_page(out_dirs, dest, title=title, plugins=lambda runs: benchmarks_of(runs, registry), shown=shown)
+    """Write ``report.html`` for finished runs (atomically) and return its path.
+
+    ``dest`` may replace only a report evaldag wrote (never an EVAL file, never a user's
+    page); ``OUT/report.html`` of a published set is rewritten inside that set, so the
+    link stays and the set stays one run's. ``shown``: the folder names titles use, when
+    the files are read from a stage.
+    """
+    dest = Path(dest)
+    target = dest
+    if dest.name == "report.html" and is_our_link(dest):
+        target = set_folder(dest.parent) / dest.name
+    elif os.path.lexists(dest) and not (is_report(dest) and not is_our_link(dest)):
+        raise ValueError(f"{dest}: not a report evaldag wrote; refusing to replace it (choose another --out)")
+    html_text = build_report_html(list(out_dirs), title, registry=registry, shown=shown)
+    atomic_write(target, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
+    return dest
 
 
-__all__ = ["benchmarks_of", "build_report_html", "splits_of", "write_report_html"]
+__all__ = ["benchmarks_of", "build_report_html", "runs_of", "splits_of", "write_report_html"]

@@ -18,10 +18,9 @@ from ..graph import Graph
 from ..outfolder import META, is_our_link
 from ..registry import BENCHMARKS
 from ..render import FORMATS, render
-from ..report import benchmarks_of, splits_of
-from ..render.report_html import load_run_folder
-from ..render.view import from_graph, from_run_dir
+from ..report import benchmarks_of, runs_of, splits_of
 from ..resources import ResourceSet
+from ..views import from_graph, run_dir_view
 from .models import add_model_option, for_model, model_specs
 from .run import config_error, configs
 
@@ -84,10 +83,10 @@ def run_view(args: argparse.Namespace):
     folder = Path(args.run_dir)
     folder = folder.parent if folder.is_file() else folder  # run.json itself
     try:
-        splits = splits_of(benchmarks_of([load_run_folder(folder)]))
+        splits = splits_of(benchmarks_of(runs_of([folder])))
     except FileNotFoundError:  # from_run_dir says what is missing
         splits = splits_of([])
-    return from_run_dir(folder, show_resources=args.show_resources, splits=splits)
+    return run_dir_view(folder, show_resources=args.show_resources, splits=splits)
 
 
 def cmd(args: argparse.Namespace) -> int:

@@ -132,7 +132,6 @@ def test_the_arrows_the_page_corrected():
     assert not _edges(f"{e}.outputs", f"{e}.run")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 items 1/2: pending")
 def test_render_is_a_leaf():
     """`render/` draws a plain view model: it imports nothing of evaldag outside itself."""
     r = "evaldag.engine.render"
