@@ -2,9 +2,12 @@
 
 :class:`ModelOptions` is the part of a benchmark's pydantic config that says which
 checkpoints to load and how to prompt them; :func:`add_model_arguments` adds the matching
-command-line flags (once, however many benchmarks a command names) and
-:func:`model_options` reads them back into config fields -- the only Namespace reading,
-called from each benchmark's ``config_from_args``.
+command-line flags and :func:`model_options` reads them back into config fields -- the
+only Namespace reading, called from each benchmark's ``config_from_args``.
+
+``--model`` itself is not declared here: a benchmark that evaluates a model sets
+``takes_model = True`` and the command line owns the flag (``engine/cli/models.py``:
+repeatable, a sweep), handing each run a Namespace whose ``model`` is one checkpoint.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
 from ..engine.adapters.placement import parse_max_memory
-from ..engine.benchmark import BENCHMARKS
-from .tofu.data import load_template_args
+from ..engine.registry import BENCHMARKS
+from .template_args import load_template_args
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
 RESOURCE_FLAGS = {"model": "--model DIR", "retain_model": "--retain-model DIR", "reference_model": "--reference-model DIR"}
@@ -80,7 +83,6 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 
 MODEL_FLAGS = (
-    _flag("--model", help="the model under evaluation: a local checkpoint folder (or a hub id when online)"),
     _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
           help="weights dtype: auto (the checkpoint's own), bf16, fp16, fp32"),
     _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
@@ -107,12 +109,16 @@ PROMPT_FLAGS = (
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prompt: bool = True) -> None:
-    """The model flags (and, for a language-model benchmark, the retain side and the prompt),
-    each added once however many benchmarks a command names."""
-    have = {s for a in p._actions for s in a.option_strings}
+    """The model flags (and, for a language-model benchmark, the retain side and the prompt).
+
+    Several benchmarks of one command add the same flags, each definition identical: the
+    CLI's parsers resolve a repeat (``conflict_handler="resolve"``), and on a parser that
+    refuses one (argparse's default) the first declaration stands."""
     for names, kw in MODEL_FLAGS + (RETAIN_FLAGS if retain else ()) + (PROMPT_FLAGS if prompt else ()):
-        if names[0] not in have:
+        try:
             p.add_argument(*names, **kw)
+        except argparse.ArgumentError:  # declared already by another benchmark of this command
+            pass
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,7 +132,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
         prompt = PromptTemplate.chat(system_prompt=getattr(args, "system_prompt", None))
     else:
         prompt = PromptTemplate.plain()
-    return dict(model=args.model, retain_model=getattr(args, "retain_model", None),
+    return dict(model=getattr(args, "model", None), retain_model=getattr(args, "retain_model", None),
                 reference_model=getattr(args, "reference_model", None), dtype=args.dtype, device=args.device,
                 device_map=args.device_map, max_memory=args.max_memory,
                 attention_mask=args.attention_mask, template=prompt,

@@ -16,6 +16,15 @@ from pathlib import Path
 BOM = b"\xef\xbb\xbf"
 
 
+class DataError(ValueError):
+    """Bad or missing input data; the message names the file, row and field.
+
+    Every benchmark's readers raise it (the CLI turns it into one ``evaldag: error:``
+    line); it lives here, beside the reading every reader shares, so no plugin has to
+    import another to raise or catch it.
+    """
+
+
 class NotUTF8(ValueError):
     """A text file that is not valid UTF-8; the message names file, line, column and byte."""
 

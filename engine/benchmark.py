@@ -1,13 +1,13 @@
-"""Benchmarks as plugins: the :class:`Benchmark` base class and the ``BENCHMARKS`` registry.
+"""The plugin base class: what a benchmark is.
 
 A benchmark is one object that knows its command-line options, turns them into its
 typed :attr:`Benchmark.Config` (the one place an ``argparse.Namespace`` is read),
 builds its graph and resources from that config, writes any extra output files and
-draws its own report sections. The built-ins (toy, tofu, muse, weat) register through
-the ``evaldag.benchmarks`` entry-point group exactly as a third party does::
-
-    [project.entry-points."evaldag.benchmarks"]
-    mybench = "my_package.bench:MyBenchmark"     # name = the CLI word: `evaldag run mybench`
+draws its own report sections. It is found through the ``evaldag.benchmarks`` entry
+points (``registry.py``); its menu of metric names is a ``MetricMenu`` (``menu.py``); the
+report that draws its sections is ``report.py``. This module imports nothing of drawing:
+the drawing types it mentions (``Split``, ``RunFolder``, ``Section``) are ``render/``'s,
+named in words, not imported.
 
 A Python user builds the config and calls ``build`` directly::
 
@@ -19,96 +19,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar
 
 import pydantic
 
 from .declare import Node
-from .render.clusters import Split, split_vocabulary
-from .render.report_html import RunFolder, Section, load_run_folder
-from .render.report_html import build_report_html as _build_page
-from .render.report_html import write_report_html as _write_page
-
-GROUP = "evaldag.benchmarks"
-
-
-@dataclass(frozen=True)
-class MetricMenu:
-    """The metric names a benchmark accepts, exactly as ``--metrics`` takes them.
-
-    ``--metrics`` also takes the words ``default``, ``all`` and each key of ``groups``.
-    """
-
-    default: tuple[str, ...]
-    all: tuple[str, ...]
-    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    case_sensitive: bool = True
-    note: str = ""  # e.g. what the default means when it is not a fixed list
-
-    def words(self) -> set[str]:
-        """Every word ``--metrics`` accepts for this benchmark."""
-        return {*self.all, "default", "all", *self.groups}
-
-    def knows(self, word: str) -> bool:
-        fold = (lambda s: s) if self.case_sensitive else str.lower
-        return fold(word) in {fold(w) for w in self.words()}
-
-    def parse(self, text: str | None, *, bench: str = "", strict: bool = True) -> tuple[str, ...]:
-        """``"a,b,default,mia,all"`` -> metric names; an unknown name is an error when ``strict``.
-
-        With several benchmarks in one run (``strict=False``) a name this benchmark does not
-        know belongs to another one and is skipped here.
-        """
-        if not text:
-            return self.default
-        canon = {m if self.case_sensitive else m.lower(): m for m in self.all}
-        names: list[str] = []
-        for word in (x.strip() for x in text.split(",")):
-            key = word if self.case_sensitive else word.lower()
-            if key == "default":
-                names += self.default
-            elif key == "all":
-                names += self.all
-            elif key in self.groups:
-                names += self.groups[key]
-            elif key in canon:
-                names.append(canon[key])
-            elif word and strict:
-                raise ValueError(f"unknown {bench} metric {word!r}; {did_you_mean(word, sorted(self.words()))}"
-                                 f"known: {', '.join(sorted(self.all))}")
-        return tuple(dict.fromkeys(names))
-
-
-def did_you_mean(word: str, names: Iterable[str]) -> str:
-    """``"did you mean forget_quality? "`` for a near miss (a typo), else ``""``: said before the
-    list of every name, which a user would otherwise scan for the one they meant."""
-    close = difflib.get_close_matches(word, list(names), n=1)
-    return f"did you mean {close[0]}? " if close else ""
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer > 0 (the flag and the value are named in the error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"wants a whole number > 0, not {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"wants a whole number > 0, not {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """An argparse ``type``: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"wants a number between 0 and 1, not {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"wants a number between 0 and 1, not {text!r}")
-    return value
+from .menu import MetricMenu
 
 
 class Benchmark:
@@ -125,9 +42,14 @@ class Benchmark:
     Config: ClassVar[type[pydantic.BaseModel]] = pydantic.BaseModel
     metadata: ClassVar[dict] = {}
     #: data splits its names mention beyond forget / holdout / retain (bands of the graph drawing)
-    splits: ClassVar[tuple[Split, ...]] = ()
+    splits: ClassVar[tuple[Any, ...]] = ()  # render.clusters.Split
     #: resource -> the flag that supplies it (the hint when a graph misses that resource)
     resource_flags: ClassVar[dict[str, str]] = {}
+    #: True: the benchmark evaluates a model named by ``--model``. The run command then owns
+    #: that flag (``engine/cli/models.py``: repeatable, globs, ``@FILE``, a sweep) and hands
+    #: each run a Namespace whose ``model`` is one resolved spec (or None); the benchmark
+    #: reads ``args.model`` in ``config_from_args`` and never declares ``--model`` itself.
+    takes_model: ClassVar[bool] = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add this benchmark's own options (the CLI adds --out, --cache-dir, --metrics, ...)."""
@@ -151,8 +73,9 @@ class Benchmark:
         """Extra files next to the engine's ``<GROUP>_EVAL.json`` / ``_SUMMARY.json`` / ``run.json``."""
         return []
 
-    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        """Sections of ``report.html`` drawn from the loaded run folders (default: none)."""
+    def report_sections(self, runs: list[Any]) -> list[Any]:
+        """Sections of ``report.html`` (``render.report_html.Section``) drawn from the loaded
+        run folders (``render.report_html.RunFolder``); default: none."""
         return []
 
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:
@@ -185,102 +108,4 @@ class Benchmark:
                                          strict=not self.several(args))
 
 
-class BenchmarkRegistry:
-    """CLI word -> benchmark, from the ``evaldag.benchmarks`` entry points (loaded on demand).
-
-    Only the benchmarks a command names are imported, so ``evaldag run toy`` never
-    imports TOFU's data loaders.
-    """
-
-    def __init__(self) -> None:
-        self._added: dict[str, type[Benchmark]] = {}
-        self._made: dict[str, Benchmark] = {}
-
-    def _entry_points(self) -> dict[str, EntryPoint]:
-        return {ep.name: ep for ep in entry_points(group=GROUP)}
-
-    def add(self, cls: type[Benchmark], name: str | None = None) -> type[Benchmark]:
-        """Register a class by hand (tests, notebooks); entry points are the usual way."""
-        self._added[name or cls.name] = cls
-        self._made.pop(name or cls.name, None)
-        return cls
-
-    def remove(self, name: str) -> None:
-        self._added.pop(name, None)
-        self._made.pop(name, None)
-
-    def names(self) -> list[str]:
-        return sorted({*self._entry_points(), *self._added})
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._added or name in self._entry_points()
-
-    def get(self, name: str) -> Benchmark:
-        if name not in self._made:
-            cls = self._added.get(name)
-            if cls is None:
-                eps = self._entry_points()
-                if name not in eps:
-                    raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(self.names())}")
-                cls = eps[name].load()
-            if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
-                raise TypeError(f"benchmark entry point {name!r} is {cls!r}, not a Benchmark subclass")
-            self._made[name] = cls()
-        return self._made[name]
-
-    def by_group(self, group: str) -> Benchmark | None:
-        """The benchmark whose ``group`` is ``group`` (a run folder without run.json)."""
-        for name in self.names():
-            try:
-                bench = self.get(name)
-            except Exception:  # a broken third-party plugin must not hide the others' sections
-                continue
-            if bench.group.upper() == group.upper():
-                return bench
-        return None
-
-
-BENCHMARKS = BenchmarkRegistry()
-
-
-# ---------------------------------------------------------------------- the report
-def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
-    """The benchmarks whose results the run folders hold: run.json's ``benchmarks``, else the
-    ``<GROUP>_EVAL.json`` files (folders written by open-unlearning or an older evaldag)."""
-    found: dict[str, Benchmark] = {}
-    for r in runs:
-        names = (r.run or {}).get("benchmarks")
-        if isinstance(names, list):
-            for n in names:
-                if isinstance(n, str) and n in registry:
-                    found.setdefault(n, registry.get(n))
-            continue
-        for group in list(r.evals) + list(r.summaries):
-            bench = registry.by_group(group)
-            if bench is not None:
-                found.setdefault(bench.name, bench)
-    return list(found.values())
-
-
-def splits_of(benchmarks: Iterable[Benchmark]) -> tuple[Split, ...]:
-    """The generic data splits plus the benchmarks' own (the bands of a graph drawing)."""
-    return split_vocabulary(b.splits for b in benchmarks)
-
-
-def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
-                      registry: BenchmarkRegistry = BENCHMARKS) -> str:
-    """The report page for finished runs, with the sections of the benchmarks they ran."""
-    return _build_page(out_dirs, title, plugins=lambda runs: benchmarks_of(runs, registry))
-
-
-def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
-                      title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS,
-                      shown: Sequence[str | os.PathLike] | None = None) -> Path:
-    """``report.html`` for finished runs, with the sections of the benchmarks they ran
-    (``shown``: the folder names titles use, when the files are read from a stage)."""
-    return _write_page(out_dirs, dest, title=title, plugins=lambda runs: benchmarks_of(runs, registry), shown=shown)
-
-
-__all__ = ["BENCHMARKS", "Benchmark", "BenchmarkRegistry", "MetricMenu", "RunFolder", "Section", "Split",
-           "benchmarks_of", "build_report_html", "fraction", "load_run_folder", "positive_int", "splits_of",
-           "write_report_html"]
+__all__ = ["Benchmark", "MetricMenu"]

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .benchmark import BENCHMARKS
+from .registry import BENCHMARKS
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
 from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 

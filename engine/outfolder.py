@@ -18,7 +18,7 @@ from pathlib import Path
 META = ".evaldag"  # OUT/.evaldag/
 SETS = "sets"  # OUT/.evaldag/sets/<id>/: one run's files
 CURRENT = "current"  # OUT/.evaldag/current -> sets/<id>
-REPORT_MARK = '<meta name="generator" content="evaldag">'  # in every report.html evaldag writes
+from .render.html import REPORT_MARK  # noqa: E402  in every report.html evaldag writes (render/html.py writes it)
 
 
 def link_target(name: str) -> str:

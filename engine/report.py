@@ -1,21 +1,97 @@
-"""``write_report(result, out_dir)``: what the Python user's "write the report" means.
+"""The report page of finished runs with each benchmark's own sections: where the registry
+meets ``render/``.
 
-Why: the public name promised a report but wrote only the JSON files (``outputs.write``);
-a notebook user looked for report.html and found none. ``write_report`` now writes the
-run's files (``<GROUP>_EVAL.json``, ``<GROUP>_SUMMARY.json``, ``run.json``, one set, as
-``evaldag run`` does) and then ``report.html`` beside them, the page ``evaldag report``
-builds; ``write_outputs`` (``outputs.write``) is the files alone.
+``render/report_html.py`` draws what it is handed and knows no benchmark; this module
+finds the benchmarks the run folders ran (run.json's ``benchmarks``, else their
+``<GROUP>_EVAL.json`` files) and hands them over as the page's plugins, so the plugin base
+class (``benchmark.py``) imports nothing of drawing.
+
+``write_report(result, out_dir)`` is what the Python user's "write the report" means: the
+public name promised a report but wrote only the JSON files; it now writes the run's files
+(one set, as ``evaldag run`` does) and then ``report.html`` beside them, the page
+``evaldag report`` builds; ``write_outputs`` (``outputs.write``) is the files alone.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
-from .benchmark import write_report_html
+from .benchmark import Benchmark
+from .registry import BENCHMARKS, BenchmarkRegistry
+from .render.clusters import Split, split_vocabulary
+from .cache import atomic_write
+from .outfolder import is_our_link, is_report, set_folder
 from .outputs import write as write_outputs
+from .redact import redact_text
+from .render.report_html import RunFolder, load_run_folder
+from .render.report_html import build_report_html as _build_page
 from .results import RunResult
+
+
+def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
+    """The benchmarks whose results the run folders hold: run.json's ``benchmarks``, else the
+    ``<GROUP>_EVAL.json`` files (folders written by open-unlearning or an older evaldag)."""
+    found: dict[str, Benchmark] = {}
+    for r in runs:
+        names = (r.run or {}).get("benchmarks")
+        if isinstance(names, list):
+            for n in names:
+                if isinstance(n, str) and n in registry:
+                    found.setdefault(n, registry.get(n))
+            continue
+        for group in list(r.evals) + list(r.summaries):
+            bench = registry.by_group(group)
+            if bench is not None:
+                found.setdefault(bench.name, bench)
+    return list(found.values())
+
+
+def splits_of(benchmarks: Iterable[Benchmark]) -> tuple[Split, ...]:
+    """The generic data splits plus the benchmarks' own (the bands of a graph drawing)."""
+    return split_vocabulary(b.splits for b in benchmarks)
+
+
+def runs_of(out_dirs: Sequence[str | os.PathLike], shown: Sequence[str | os.PathLike] | None = None) -> list[RunFolder]:
+    """Each folder's files, all from its published set (never a mix of two runs); ``shown``
+    names it in titles (the --out folder while its set is still being staged)."""
+    runs = []
+    for path, name in zip(out_dirs, shown or [None] * len(out_dirs)):
+        given = Path(path)
+        if not given.is_dir():
+            raise FileNotFoundError(f"{given}: not a folder (give the --out folder of a run)")
+        runs.append(load_run_folder(set_folder(given), shown=name if name is not None else given))
+    return runs
+
+
+def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
+                      registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None) -> str:
+    """The report page for finished runs, with the sections of the benchmarks they ran
+    (folder names redacted: a token in a path is not printed)."""
+    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: benchmarks_of(runs, registry),
+                       redact=redact_text)
+
+
+def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
+                      title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS,
+                      shown: Sequence[str | os.PathLike] | None = None) -> Path:
+    """Write ``report.html`` for finished runs (atomically) and return its path.
+
+    ``dest`` may replace only a report evaldag wrote (never an EVAL file, never a user's
+    page); ``OUT/report.html`` of a published set is rewritten inside that set, so the
+    link stays and the set stays one run's. ``shown``: the folder names titles use, when
+    the files are read from a stage.
+    """
+    dest = Path(dest)
+    target = dest
+    if dest.name == "report.html" and is_our_link(dest):
+        target = set_folder(dest.parent) / dest.name
+    elif os.path.lexists(dest) and not (is_report(dest) and not is_our_link(dest)):
+        raise ValueError(f"{dest}: not a report evaldag wrote; refusing to replace it (choose another --out)")
+    html_text = build_report_html(list(out_dirs), title, registry=registry, shown=shown)
+    atomic_write(target, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
+    return dest
 
 
 def write_report(result: RunResult, out_dir: str | os.PathLike, bench: str | None = None, **kw: Any) -> list[Path]:
@@ -25,4 +101,4 @@ def write_report(result: RunResult, out_dir: str | os.PathLike, bench: str | Non
     return [*paths, Path(page)]
 
 
-__all__ = ["write_outputs", "write_report"]
+__all__ = ["benchmarks_of", "build_report_html", "runs_of", "splits_of", "write_outputs", "write_report", "write_report_html"]

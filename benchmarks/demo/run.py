@@ -6,6 +6,11 @@ open-unlearning's default TOFU metrics plus the MIA attacks, with the retain mod
 the reference for forget quality and privleak (through the same graph, so its nodes
 are computed once and found by fingerprint afterwards) and for the Reference attack.
 A second run finds every node in the cache and loads no weights.
+
+The demo is a command that runs the TOFU benchmark, not a part of it: it asks the
+benchmark registry for ``tofu`` (as ``evaldag run tofu`` does) and builds its graph from
+a ``TofuConfig`` through the plugin's own ``build``, so it imports no module of another
+plugin (``tests/engine/test_architecture.py`` checks that leaves never import each other).
 """
 
 from __future__ import annotations
@@ -15,21 +20,17 @@ import sys
 import time
 from pathlib import Path
 
-from ...engine import Rows
-from ...engine.adapters.hf import HFModel
-from ...engine.benchmark import write_report_html
+from ...engine.registry import BENCHMARKS
+from ...engine.report import write_report_html
 from ...engine.cache import Cache
 from ...engine.outputs import fmt
 from ...engine.outputs import write as write_files
 from ...engine.results import Result
 from ...engine.run import run
-from ..tofu import spec
-from ..tofu.benchmark import RESOURCE_OF_ROLE
-from ..tofu.data import load_subset, tofu_splits
 from . import DATA, MODEL_NAMES, model_path
 
 HELP = "evaluate the three bundled checkpoints on TOFU, offline"
-METRICS = spec.DEFAULT_METRICS + spec.MIA_METRICS
+METRICS = "default,mia"  # open-unlearning's default TOFU metrics, then the MIA attacks
 TABLE = ("forget_quality", "forget_truth_ratio", "forget_Q_A_Prob", "forget_Q_A_ROUGE", "model_utility", "privleak",
          "extraction_strength", "mia_loss", "mia_min_k", "mia_min_k_plus_plus", "mia_zlib", "mia_gradnorm", "mia_reference")
 
@@ -43,15 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-report", action="store_true", help="skip report.html")
 
 
-def resources(name: str) -> dict:
-    res = {
-        "model": HFModel(model_path(name), dtype="fp32", device="cpu"),
-        "retain_model": HFModel(model_path("retain"), dtype="fp32", device="cpu"),
-        "reference_model": HFModel(model_path("retain"), dtype="fp32", device="cpu"),
-    }
-    for role, subset in tofu_splits("forget10").items():
-        res[RESOURCE_OF_ROLE[role]] = Rows(lambda s=subset: load_subset(DATA, s), f"evaldag-demo:{subset}")
-    return res
+def graph(name: str) -> tuple[list, dict]:
+    """TOFU's nodes and resources for one bundled checkpoint: the retain checkpoint is the
+    retain side (through the same graph) and the Reference attack's reference."""
+    tofu = BENCHMARKS.get("tofu")
+    retain = str(model_path("retain"))
+    cfg = tofu.Config(model=str(model_path(name)), retain_model=retain, reference_model=retain, dtype="fp32",
+                      device="cpu", data=str(DATA), forget_split="forget10", metrics=tofu.metric_menu().parse(METRICS))
+    return tofu.build(cfg)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -63,10 +63,9 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
-    cfg = spec.TofuConfig(retain="model")
     results, ok = {}, True
     for name in MODEL_NAMES:
-        res = run(spec.nodes(METRICS, cfg), resources(name), cache=cache, progress=args.progress)
+        res = run(*graph(name), cache=cache, progress=args.progress)
         write_files(res, out / name, bench="TOFU", benchmarks=["tofu"])
         results[name] = res
         ok = ok and res.ok

@@ -13,7 +13,9 @@ import argparse
 from typing import Any
 
 from ...engine import Node
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, positive_int
+from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.cli.types import positive_int
+from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report, spec
 from .config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
@@ -37,9 +39,10 @@ class EditingBenchmark(Benchmark):
                            "fictitious authors by tests/asset_builders/editing/make_assets.py; the trace model in assets/tracer "
                            "and its facts, edits and texts are made by tests/asset_builders/editing/make_tracer.py (Apache-2.0 too)"}
     resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
+    takes_model = True  # --model (here: the edited checkpoint) is the CLI's
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        common.add_model_arguments(p, retain=False, prompt=False)  # --model (here: the edited one), --dtype, --device
+        common.add_model_arguments(p, retain=False, prompt=False)  # --dtype, --device (--model: takes_model)
         g = p.add_argument_group("editing")
         g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint")
         g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")

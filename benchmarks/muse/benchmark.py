@@ -1,13 +1,17 @@
-"""``evaldag run muse``: MUSE (Shi et al. 2024) as open-unlearning evaluates it, as a plugin."""
+"""``evaldag run muse``: MUSE (Shi et al. 2024) as open-unlearning evaluates it, as a plugin.
+
+What it shares with TOFU (flags, config, retain logs, plots) is
+``benchmarks/unlearning/benchmark.py``; here are MUSE's own flags, splits and few-shot rows.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ...engine import Node, Rows, Value
-from .. import common
-from ..unlearning import UnlearningBenchmark
+from ...engine import Rows
+from ..unlearning.benchmark import UnlearningBenchmark
+from ..unlearning.eval_logs import EvalLogs
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, MuseConfig
 from .data import fewshot_pairs, load_eval_logs, load_muse_split
@@ -30,14 +34,10 @@ def with_icl(cfg: MuseConfig) -> MuseConfig:
 
 
 def muse_resources(cfg: MuseConfig) -> dict[str, Any]:
-    """The splits (lazy :class:`Rows`) and, when given, the retain logs; models are separate."""
+    """The splits (lazy :class:`Rows`); the retain logs and models are added by the base class."""
     source = cfg.source
-    out: dict[str, Any] = {}
-    for name, (config, split) in SPLIT_RESOURCES.items():
-        out[name] = Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
-    if cfg.retain_logs:
-        out["muse_retain_logs"] = Value(load_eval_logs(cfg.retain_logs, cfg.metrics).raw, kind="data", source=str(cfg.retain_logs))
-    return out
+    return {name: Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
+            for name, (config, split) in SPLIT_RESOURCES.items()}
 
 
 class MuseBenchmark(UnlearningBenchmark):
@@ -48,22 +48,19 @@ class MuseBenchmark(UnlearningBenchmark):
     description = "MUSE (Shi et al. 2024): knowledge and verbatim memorization ROUGE, privleak, MIAs"
     Config = MuseConfig
 
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        common.add_model_arguments(p)
+    def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--muse-data", default=None, help="MUSE: folder in MUSE's layout (or muse-bench/MUSE-<split> when online)")
         p.add_argument("--muse-split", default="News", choices=["News", "Books"], help="MUSE: which corpus (selects the hub id when no folder is given)")
         p.add_argument("--muse-retain-logs", default=None, help="MUSE: the retain model's MUSE_EVAL.json")
 
-    def config_from_args(self, args: argparse.Namespace) -> MuseConfig:
-        return MuseConfig(
-            **common.model_options(args),
-            metrics=self.metrics_from_args(args),
-            data=common.bench_option(args, "muse", "data"),
-            split=args.muse_split,
-            retain_logs=common.retain_logs_file(common.bench_option(args, "muse", "retain_logs"), self.group),
-        )
+    def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
+        return dict(split=args.muse_split)
 
-    def build(self, cfg: MuseConfig) -> tuple[list[Node], dict[str, Any]]:
-        resources = muse_resources(cfg)
-        resources.update(common.model_resources(cfg))
-        return spec.nodes(cfg.metrics, with_icl(cfg)), resources
+    def data_resources(self, cfg: MuseConfig) -> dict[str, Any]:
+        return muse_resources(cfg)
+
+    def eval_logs(self, path: str, metrics: Any) -> EvalLogs:
+        return load_eval_logs(path, metrics)
+
+    def graph_config(self, cfg: MuseConfig) -> MuseConfig:
+        return with_icl(cfg)

@@ -14,8 +14,8 @@ privleak     forget, holdout, retain                                text (no pre
 A local folder holds one file per (config, split), named ``<config>_<split>.json``
 (JSON lines or array), ``.jsonl`` or ``.parquet``, as ``tests/fixtures/muse_tiny`` does.
 Row positions are open-unlearning's ``index``. Knowmem's few-shot prompt uses **all**
-rows of the ``*_icl`` split, in file order. Readers and errors are TOFU's
-(``benchmarks/tofu/data.py``): every field above must hold text (empty or whitespace-only
+rows of the ``*_icl`` split, in file order. Readers and errors are the ones
+TOFU uses too (``benchmarks/unlearning/rows.py``): every field above must hold text (empty or whitespace-only
 is refused, naming file, row and field), bytes that are not UTF-8 are refused naming
 file, line and byte.
 """
@@ -23,13 +23,12 @@ file, line and byte.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from ..tofu.data import DataError, Text, load_records, validate_rows
-from ..tofu.eval_logs import EvalLogs, needs, read_eval_logs
+from ..unlearning.eval_logs import EvalLogs, needs, read_eval_logs
+from ..unlearning.rows import DataError, Text, load_records, validate_rows
 
 
 class VerbmemRow(BaseModel):

@@ -20,7 +20,7 @@ from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min
 from ...metrics.unlearning.privleak import privleak_node
 from ...metrics.unlearning.rouge import MUSE_STOPWORDS, rouge
 from ...metrics.unlearning.scoring import completion_generations, completion_stats, grad_norms, qa_generations
-from ..catalogue import Catalogue
+from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, MuseConfig
 
 GROUP = "MUSE"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section
+from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.render.report_html import RunFolder, Section
 from . import report, spec
 from .catalogue import PROBES
 from .data import LICENCES

@@ -25,7 +25,7 @@ from ...metrics.unlearning.rouge import rouge
 from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.unlearning.truth_ratio import truth_ratio
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
-from ..catalogue import Catalogue
+from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
 GROUP = "TOFU"

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
-from ...engine.benchmark import Benchmark, MetricMenu, RunFolder, Section, fraction, positive_int
+from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.cli.types import fraction, positive_int
+from ...engine.render.report_html import RunFolder, Section
 from ...metrics.fairness.embeddings import WordVectorsResource, guess_format
 from ...metrics.fairness.lookup import LookupOptions
 from ...metrics.fairness.registry import MetricSettings, metric_names
@@ -36,9 +38,10 @@ class WeatBenchmark(Benchmark):
     Config = WeatConfig
     metadata = {"word_sets": "WEFE's WEAT word sets (MIT), see benchmarks/weat/README.md"}
     resource_flags = {"embeddings": "--embeddings FILE", "model": "--model DIR"}
+    takes_model = True  # --model: vectors from its input embeddings (the flag is the CLI's)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        common.add_model_arguments(p, retain=False, prompt=False)  # --model: vectors from its input embeddings
+        common.add_model_arguments(p, retain=False, prompt=False)  # --dtype, --device
         g = p.add_argument_group("weat")
         g.add_argument("--embeddings", default=None, help="WEAT: word vectors (.npz with words/vectors, word2vec text/GloVe, word2vec .bin; gzip ok)")
         g.add_argument("--embeddings-format", choices=["npz", "text", "binary"], default=None, help="WEAT: reader for --embeddings (default: from the file name)")

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..benchmark import did_you_mean
+from ..menu import did_you_mean
 from ..declare import REGISTRY, DeclarationError, MetricDef, Node
 from ..graph import Graph, GraphError
 

@@ -12,15 +12,17 @@ import os
 import sys
 from pathlib import Path
 
-from ..benchmark import BENCHMARKS, Benchmark, benchmarks_of, splits_of
+from ..benchmark import Benchmark
 from ..cache import Cache
 from ..graph import Graph
 from ..outfolder import META, is_our_link
+from ..registry import BENCHMARKS
 from ..render import FORMATS, render
-from ..render.report_html import load_run_folder
-from ..render.view import from_graph, from_run_dir
 from ..planner import plan
+from ..report import benchmarks_of, runs_of, splits_of
 from ..resources import ResourceSet
+from ..views import from_graph, run_dir_view
+from .models import add_model_option, for_model, model_specs
 from .run import BENCH_OPTIONS_HINT, config_error, configs
 
 
@@ -37,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     g.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
     g.add_argument("--cache-dir", default=None, help="plan view: mark nodes this cache already holds (fingerprints resources)")
     g.add_argument("--show-resources", action="store_true", help="draw inputs (model, data splits) as nodes too")
+    add_model_option(g, benches)
     for b in benches:
         b.add_arguments(g)
     return g
@@ -46,6 +49,10 @@ def plan_view(args: argparse.Namespace):
     """Build the benchmarks' nodes (no model loaded) and their plan view."""
     names = args.benchmarks or ["toy"]
     benches = [BENCHMARKS.get(n) for n in names]
+    models = model_specs(args)
+    if len(models) > 1:
+        raise ValueError(f"--model: a plan is drawn for one checkpoint, got {len(models)}")
+    args = for_model(args, models[0])
     nodes, resources = [], {}
     bound = bool(args.cache_dir)  # every benchmark's resources, so fingerprints and cache status
     for b, cfg in zip(benches, configs(args, benches)):
@@ -83,10 +90,10 @@ def run_view(args: argparse.Namespace):
     folder = Path(args.run_dir)
     folder = folder.parent if folder.is_file() else folder  # run.json itself
     try:
-        splits = splits_of(benchmarks_of([load_run_folder(folder)]))
+        splits = splits_of(benchmarks_of(runs_of([folder])))
     except FileNotFoundError:  # from_run_dir says what is missing
         splits = splits_of([])
-    return from_run_dir(folder, show_resources=args.show_resources, splits=splits)
+    return run_dir_view(folder, show_resources=args.show_resources, splits=splits)
 
 
 def cmd(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from ..benchmark import BENCHMARKS
+from ..registry import BENCHMARKS
 from ..declare import REGISTRY
 
 

@@ -9,7 +9,7 @@
     evaldag compare A B [--out FILE]      per-metric difference between two runs
     evaldag demo                          (and any command registered under ``evaldag.commands``)
 
-Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.benchmark`);
+Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.registry`);
 only the ones a command names are imported, so a warm rerun of one benchmark never
 imports another's data loaders. Commands from ``evaldag.commands`` are named from
 their entry points and their module is imported only when that command runs (or for
@@ -25,7 +25,7 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-from ..benchmark import BENCHMARKS
+from ..registry import BENCHMARKS
 from . import cache, compare, export, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..benchmark import write_report_html
+from ..report import write_report_html
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pydantic
 
-from ..benchmark import BENCHMARKS, Benchmark, did_you_mean, positive_int, write_report_html
+from ..benchmark import Benchmark
+from ..menu import did_you_mean
+from ..registry import BENCHMARKS
+from ..report import write_report_html
 from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
 from ..executor import Executor
@@ -23,17 +26,9 @@ from ..resources import MissingResource, ResourceSet
 from .. import runlog
 from ..run import run
 from .added import added_metrics
-from .sweep import expand_models, folder_names
-
-
-def positive_float(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        x = -1.0
-    if not x > 0 or x != x or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"wants a positive number of seconds, got {text!r}")
-    return x
+from .models import add_model_option, for_model, model_specs
+from .sweep import folder_names
+from .types import positive_float, positive_int
 
 
 #: ``run --help`` / ``graph --help`` without a benchmark: where the model and data options are
@@ -77,12 +72,9 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     r.add_argument("--deterministic", action="store_true",
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
     launch.add_arguments(r)
+    add_model_option(r, benches)  # the one owner of --model (a sweep when repeated)
     for b in benches:
         b.add_arguments(r)
-    if any("--model" in a.option_strings for a in r._actions):  # a benchmark takes a model: allow a sweep
-        r.add_argument("--model", action="append", help="the model under evaluation (a checkpoint folder, or a hub id "
-                       "when online); repeat it, or give a glob or @FILE (one per line), to evaluate several "
-                       "checkpoints: OUT/<name>/ each, one OUT/report.html with a column per checkpoint")
     return r
 
 
@@ -194,23 +186,20 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     benches = [BENCHMARKS.get(n) for n in args.benchmarks]
     out = Path(args.out or "evaldag-out")
     try:
-        models = expand_models(getattr(args, "model", None))
+        models = model_specs(args)
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     if len(models) < 2:  # one run (the usual case)
-        if hasattr(args, "model"):
-            args.model = models[0] if models else None
-        return _one(args, benches, group, out, report=True)
+        return _one(for_model(args, models[0]), benches, group, out, report=True)
     try:
         check_names(out, ["report.html"])  # the sweep's report must not replace a page evaldag did not write
     except NotOurs as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     codes = []
-    for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint
-        args.model = path
-        codes.append(_one(args, benches, group, out / name, report=False))
+    for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint, each its own Namespace
+        codes.append(_one(for_model(args, path), benches, group, out / name, report=False))
         if codes[-1] in (2, 130) or (group is not None and group.broken):
             return codes[-1]
     if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)

@@ -7,11 +7,15 @@ finished run, or a :class:`View` you built yourself::
     from evaldag.engine import render
     render.to_mermaid(nodes)                     # plan view, before any run
     render.to_html("evaldag-out")                # run view, from run.json
-    render.write_report_html(["ckpt1", "ckpt2"], "report.html", plugins=[...])
+    render.build_report_html(["ckpt1", "ckpt2"], plugins=[...])   # the page's HTML
 
-The package knows no benchmark: the report page draws the generic parts (metrics,
-graph, run statistics) and the :class:`Section` objects its ``plugins`` hand it;
-``evaldag.engine.benchmark.write_report_html`` passes the benchmarks the runs ran.
+The package is a leaf: it imports nothing of the engine. It draws a :class:`View` (plain
+data) and reads a finished run's files; a Graph, a RunResult or configured metrics are
+turned into a View by ``engine/views.py``, which registers itself with :func:`as_view`
+when ``evaldag.engine`` is imported. It knows no benchmark either: the report page draws
+the generic parts (metrics, graph, run statistics) and the :class:`Section` objects its
+``plugins`` hand it; ``evaldag.engine.report.write_report_html`` passes the benchmarks
+the runs ran and writes the file.
 Nothing here needs a system binary or the network; the output is deterministic.
 """
 
@@ -25,9 +29,9 @@ from .html import to_html
 from .clusters import GENERIC_SPLITS, Split
 from .layout import count_crossings
 from .mermaid import to_mermaid
-from .report_html import ReportPlugin, RunFolder, Section, build_report_html, load_run_folder, write_report_html
+from .report_html import ReportPlugin, RunFolder, Section, build_report_html, load_run_folder
 from .svg import to_svg
-from .view import EdgeView, NodeView, View, as_view, from_graph, from_run_dir, from_run_result
+from .view import EdgeView, NodeView, View, add_view_builder, as_view, from_run_dir
 
 FORMATS = ("mermaid", "dot", "json", "svg", "html")
 
@@ -58,6 +62,6 @@ def render(source: Any, fmt: str, **view_kw: Any) -> str:
 
 __all__ = [
     "FORMATS", "GENERIC_SPLITS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
-    "as_view", "build_report_html", "count_crossings", "dot_to_svg", "from_graph", "from_run_dir", "from_run_result",
-    "load_run_folder", "render", "to_dot", "to_html", "to_json", "to_mermaid", "to_svg", "write_report_html",
+    "add_view_builder", "as_view", "build_report_html", "count_crossings", "dot_to_svg", "from_run_dir",
+    "load_run_folder", "render", "to_dot", "to_html", "to_json", "to_mermaid", "to_svg",
 ]

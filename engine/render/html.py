@@ -13,16 +13,21 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from ..outfolder import REPORT_MARK
 from .clusters import cluster_order
 from .svg import to_svg
 from .view import View, as_view, fmt_num, fmt_secs
 
 
+#: in every page evaldag writes: how `evaldag report --out X` knows X is a report it may replace
+#: (``engine/outfolder.py`` reads it from here)
+REPORT_MARK = '<meta name="generator" content="evaldag">'
+
+
 def asset(name: str) -> str:
     """The text of a packaged file under ``render/assets`` (CSS and JS inlined into pages)."""
     try:
-        return resources.files("evaldag.engine.render").joinpath("assets", name).read_text(encoding="utf-8")
+        # this package by its own name (__package__), so a copy of render/ finds its assets too
+        return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"evaldag's page asset {name!r} is not installed: the package data must include "
                                 "engine/render/assets/* (setup.py package_data)") from None

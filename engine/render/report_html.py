@@ -17,9 +17,6 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
-from ..cache import atomic_write
-from ..outfolder import is_our_link, is_report, set_folder
-from ..redact import redact_text
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .runjson import read_run_json
@@ -63,13 +60,15 @@ class RunFolder:
 
 
 def load_run_folder(path: str | os.PathLike, shown: str | os.PathLike | None = None) -> RunFolder:
-    """One run's files, all from its published set (never a mix of two runs); ``shown``
-    names it in titles (the --out folder while its set is still being staged)."""
-    given = Path(path)
-    if not given.is_dir():
+    """One run's files, read from ``path``; ``shown`` names it in titles and messages.
+
+    The engine (``report.py``) passes the folder of a run's published set, so every file
+    comes from one run, and the --out folder the user named as ``shown``."""
+    p = Path(path)
+    given = Path(shown) if shown is not None else p
+    if not p.is_dir():
         raise FileNotFoundError(f"{given}: not a folder (give the --out folder of a run)")
-    p = set_folder(given)
-    rf = RunFolder(p, shown=Path(shown) if shown is not None else given)
+    rf = RunFolder(p, shown=given)
     if (p / "run.json").exists():
         rf.run = read_run_json(p / "run.json")
     rf.evals = read_evals(p)
@@ -113,7 +112,11 @@ def _resources_table(prov: dict) -> str:
     return table
 
 
-def _titles(runs: list[RunFolder]) -> None:
+def _same(text: str) -> str:
+    return text
+
+
+def _titles(runs: list[RunFolder], redact: Callable[[str], str] = _same) -> None:
     """Column titles: the folder name, with parents added until they are all distinct."""
     depth = 1
     while True:
@@ -122,11 +125,12 @@ def _titles(runs: list[RunFolder]) -> None:
             break
         depth += 1
     for r, name in zip(runs, names):
-        r.title = redact_text(name)  # a token in a folder name is not printed either
+        r.title = redact(name)  # a token in a folder name is not printed either (the engine passes its redaction)
 
 
 # ---------------------------------------------------------------------- sections
-def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = GENERIC_SPLITS) -> str:
+def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = GENERIC_SPLITS,
+                    redact: Callable[[str], str] = _same) -> str:
     """One table per benchmark: rows are metrics, columns are runs; headline rows first.
 
     SUMMARY keys a section already shows (its ``covers``) are left out, with its note.
@@ -155,7 +159,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
-        cols = "".join(f'<th class="ed-num" title="{escape(redact_text(str(r.shown or r.path)))}">{escape(r.title)}'
+        cols = "".join(f'<th class="ed-num" title="{escape(redact(str(r.shown or r.path)))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
         cols += "".join(f'<th class="ed-num ed-delta" title="{escape(r.title)} minus {escape(runs[0].title)}">'
                         f'Δ {escape(r.title)}</th>' for r in runs[1:])
@@ -290,23 +294,26 @@ def _merge(sections: list[Section]) -> list[Section]:
     return sorted(merged.values(), key=lambda s: s.order)
 
 
-def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
-                      plugins: Plugins = None, shown: Sequence[str | os.PathLike] | None = None) -> str:
+def build_report_html(out_dirs: Sequence[Union[str, os.PathLike, RunFolder]], title: str = "evaldag report", *,
+                      plugins: Plugins = None, shown: Sequence[str | os.PathLike] | None = None,
+                      redact: Callable[[str], str] = _same) -> str:
     """The page for ``out_dirs``: Metrics, the ``plugins``' sections, Graph, Run statistics.
 
     ``plugins`` (or a function of the loaded runs that returns them) supply their own
-    sections and data-split names; ``evaldag.engine.benchmark.build_report_html`` passes
-    the benchmarks the runs ran. ``shown`` names the folders in titles (default: themselves).
+    sections and data-split names; ``evaldag.engine.report.build_report_html`` passes
+    the benchmarks the runs ran, the folders of their published sets already loaded, and its
+    ``redact`` for folder names. ``shown`` names the folders in titles (default: themselves).
     """
-    runs = [load_run_folder(p, s) for p, s in zip(out_dirs, shown or [None] * len(out_dirs))]
+    runs = [p if isinstance(p, RunFolder) else load_run_folder(p, s)
+            for p, s in zip(out_dirs, shown or [None] * len(out_dirs))]
     if not runs:
         raise ValueError("give at least one output folder")
-    _titles(runs)
+    _titles(runs, redact)
     found = list((plugins(runs) if callable(plugins) else plugins) or [])
     splits = split_vocabulary(p.splits for p in found)
     extra = _merge([s for p in found for s in p.report_sections(runs)])
     benches = sorted({b for r in runs for b in r.evals})
-    sections = _merge([Section("Metrics", metrics_section(runs, extra, splits), order=10, id="metrics"), *extra,
+    sections = _merge([Section("Metrics", metrics_section(runs, extra, splits, redact), order=10, id="metrics"), *extra,
                        Section("Graph", graphs_section(runs, splits), order=80, id="graph"),
                        Section("Run statistics", stats_section(runs), order=90, id="stats")])
     nav = '<nav class="ed-nav">' + "".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections) + "</nav>"
@@ -315,22 +322,3 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
         body += [f'<h2 id="{s.anchor}">{escape(s.title)}</h2>', s.html]
     subtitle = " · ".join(r.title + (f" ({r.subtitle})" if r.subtitle else "") for r in runs)
     return page(title, "\n".join(body), subtitle=subtitle)
-
-
-def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *, title: str = "evaldag report",
-                      plugins: Plugins = None, shown: Sequence[str | os.PathLike] | None = None) -> Path:
-    """Write ``report.html`` for ``out_dirs`` (atomically) and return its path.
-
-    ``dest`` may replace only a report evaldag wrote (never an EVAL file, never a user's
-    page); ``OUT/report.html`` of a published set is rewritten inside that set, so the
-    link stays and the set stays one run's.
-    """
-    dest = Path(dest)
-    target = dest
-    if dest.name == "report.html" and is_our_link(dest):
-        target = set_folder(dest.parent) / dest.name
-    elif os.path.lexists(dest) and not (is_report(dest) and not is_our_link(dest)):
-        raise ValueError(f"{dest}: not a report evaldag wrote; refusing to replace it (choose another --out)")
-    html_text = build_report_html(list(out_dirs), title=title, plugins=plugins, shown=shown)
-    atomic_write(target, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
-    return dest

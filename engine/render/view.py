@@ -1,12 +1,14 @@
 """The view model every renderer draws: one plain description of a metric graph.
 
 Renderers never look at a :class:`~evaldag.engine.graph.Graph` or at ``run.json``
-directly. They draw a :class:`View`, which can be built from either source:
+directly. They draw a :class:`View`, plain data built from either source:
 
-* the *plan view* (:func:`from_graph`): the structure before a run, every node
-  ``planned`` (or ``cached`` when a store is given and already holds it);
-* the *run view* (:func:`from_run_dir`, :func:`from_run_result`): each node's status,
-  seconds, recompute reason and headline value after a run.
+* the *run view* of a finished run's files (:func:`from_run_dir`, here: ``run.json``
+  read as untrusted input by ``runjson.py``): each node's status, seconds, recompute
+  reason and headline value;
+* the *plan view* of an engine ``Graph`` and the run view of a ``RunResult`` in memory,
+  built outside ``render/`` (``engine/views.py``), which hands :func:`as_view` its
+  builder (:func:`add_view_builder`), so this package imports nothing of the engine.
 
 Keeping one model means the Mermaid, DOT, SVG and HTML outputs always agree, and the
 run report can draw runs written by another process (or another machine) from their
@@ -20,14 +22,10 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import networkx as nx
 
-from ..cache import Cache
-from ..graph import Graph
-from ..outfolder import set_folder
-from ..results import RunResult
 from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
 from .runjson import STATUSES, read_run_json
 
@@ -189,61 +187,19 @@ def headline(value: Any) -> float | None:
     return float(agg)
 
 
-def _display(group: str | None, name: str) -> str:
+def display_name(group: str | None, name: str) -> str:
     return f"{group}/{name}" if group else name
 
 
-def _finish(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
+def finish_view(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
             splits: Sequence[Split] = GENERIC_SPLITS) -> View:
     view = View(nodes, edges, mode, title, meta, tuple(splits))
     assign_clusters(view)
     return view
 
 
-# ---------------------------------------------------------------------- plan view
-def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, values: dict | None = None,
-               show_resources: bool = False, title: str | None = None, meta: dict | None = None,
-               splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """A view of an engine Graph: the plan, or a run when ``records``/``values`` are given.
-
-    ``store`` (a Store or a folder) marks nodes whose fingerprint it already holds as
-    ``cached``; that needs fingerprints, i.e. ``graph.fingerprint(resources)`` first.
-    """
-    if store is not None and not hasattr(store, "has"):
-        store = Cache(store).nodes
-    order = graph.order()
-    ids = {v.key: f"n{i}" for i, v in enumerate(order)}
-    nodes, edges = [], []
-    for v in order:
-        rec = (records or {}).get(v.key)
-        if rec is not None:
-            status, reason, problem = rec.status, rec.reason, rec.problem
-            # a cached node took no time; 6 decimals as run.json keeps them, so both views agree
-            seconds = round(rec.seconds, 6) if rec.status in ("computed", "failed") else None
-        else:
-            held = store is not None and v.fingerprint is not None and store.has(v.fingerprint)
-            status, seconds, reason, problem = ("cached" if held else "planned"), None, "", ""
-        names = [_display(g, n) for g, n in v.names]
-        p = v.node.params
-        nodes.append(NodeView(
-            id=ids[v.key], key=v.key, label=v.label, names=names or [v.label], metric=v.metric.name,
-            kind=v.metric.kind, status=status, params=p.model_dump(mode="json"),
-            params_not_default=p.model_dump(mode="json", exclude_defaults=True),
-            group=v.names[0][0] if v.names else None, seconds=seconds,
-            value=headline((values or {}).get(v.key)), reason=reason, problem=problem, fingerprint=v.fingerprint,
-            version=v.metric.version, resources=dict(v.resources)))
-        by_parent: dict[str, list[str]] = {}
-        for k, pk in v.parent_keys.items():
-            by_parent.setdefault(pk, []).append(k)
-        edges += [EdgeView(ids[pk], ids[v.key], sorted(ks)) for pk, ks in by_parent.items()]
-    if show_resources:
-        providers = getattr(getattr(graph, "registry", None), "providers", {}) or {}
-        _add_resource_nodes(nodes, edges, providers)
-    mode = "run" if records else "plan"
-    return _finish(nodes, edges, mode, title or f"evaldag {mode}", meta or {}, splits)
-
-
-def _add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers: dict) -> None:
+# ---------------------------------------------------------------------- input nodes
+def add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers: dict) -> None:
     """Input nodes for the resources the metrics read (and what providers derive them from)."""
     uses: dict[str, list[tuple[str, str]]] = {}
     for n in list(nodes):
@@ -271,24 +227,7 @@ def _add_resource_nodes(nodes: list[NodeView], edges: list[EdgeView], providers:
             edges.append(EdgeView(rid[name], dst, [need]))
 
 
-# ---------------------------------------------------------------------- run view
-def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None,
-                    splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """The run view of a RunResult still in memory (values read from the store if needed)."""
-    values = {}
-    for v in result.graph.order():
-        rec = result.records.get(v.key)
-        if v.names and rec is not None and rec.status in ("computed", "cached"):
-            if v.key in result.loaded:
-                values[v.key] = result.loaded[v.key]
-            else:
-                entry = result.cache.nodes.get(v.fingerprint)
-                values[v.key] = entry.value if entry is not None else None
-    meta = {"executor": result.executor, "wall_seconds": result.wall_seconds, "provenance": result.provenance}
-    return from_graph(result.graph, records=result.records, values=values, show_resources=show_resources,
-                      title=title or "evaldag run", meta=meta, splits=splits)
-
-
+# ---------------------------------------------------------------------- run view (from files)
 def read_json(path: str | os.PathLike) -> Any:
     """JSON from us or open-unlearning (NaN/Infinity literals allowed)."""
     return json.loads(Path(path).read_text())
@@ -307,13 +246,16 @@ def read_evals(folder: Path) -> dict[str, dict]:
 
 
 def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None,
-                 splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``)."""
+                 splits: Sequence[Split] = GENERIC_SPLITS, shown: str | os.PathLike | None = None) -> View:
+    """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``).
+
+    Files are read from ``folder``; the engine (``engine/views.py``) passes the folder of
+    the run's published set, so every file comes from one set even while a run publishes
+    the next, and the --out folder the user named as ``shown`` (messages)."""
     folder = Path(folder)
     if folder.is_file():
         folder = folder.parent
-    given = folder / "run.json"
-    folder = set_folder(folder)  # every file from one set, even while a run publishes the next
+    given = Path(shown) / "run.json" if shown is not None else folder / "run.json"
     path = folder / "run.json"
     if not path.exists():
         raise FileNotFoundError(f"{given}: no run.json here (is {given.parent} the --out folder of a run?)")
@@ -340,7 +282,7 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
         group, bare = name.split("/", 1) if "/" in name else (None, name)
         if group is None and only_bench and not UNNAMED.search(name):
             group = only_bench
-        names = list(e.get("names") or [_display(group, bare)])
+        names = list(e.get("names") or [display_name(group, bare)])
         params = e.get("params") or {}
         nodes.append(NodeView(
             id=ids[name], key=name, label=bare, names=names, metric=e.get("metric", bare),
@@ -357,9 +299,10 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
                 by_parent.setdefault(parent, []).append(k)
         edges += [EdgeView(ids[p], ids[name], sorted(ks)) for p, ks in by_parent.items()]
     if show_resources:
-        _add_resource_nodes(nodes, edges, {})
+        add_resource_nodes(nodes, edges, {})
     meta = {k: run.get(k) for k in ("executor", "wall_seconds", "provenance") if k in run}
-    return _finish(nodes, edges, "run", title or f"evaldag run: {folder.name}", meta, splits)
+    # titled after the folder the user named, not the id of the set its files are read from
+    return finish_view(nodes, edges, "run", title or f"evaldag run: {given.parent.name}", meta, splits)
 
 
 def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float | None:
@@ -371,21 +314,32 @@ def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float |
 
 
 # ---------------------------------------------------------------------- dispatch
+#: builders of a View from other objects (``engine/views.py`` adds the Graph / RunResult one);
+#: each returns None for a source it does not know
+_BUILDERS: list[Callable[..., "View | None"]] = []
+
+
+def add_view_builder(builder: Callable[..., "View | None"]) -> None:
+    """Let :func:`as_view` draw more kinds of source: ``builder(source, store=..., **kw)``
+    returns a :class:`View`, or None for a source it does not know."""
+    if builder not in _BUILDERS:
+        _BUILDERS.append(builder)
+
+
 def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
             splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """Anything drawable -> View: a View, a Graph, a RunResult, a run folder, or configured metrics.
+    """Anything drawable -> View: a View, a run folder, or what a builder knows (with
+    ``evaldag.engine`` imported: a Graph, a RunResult, configured metrics).
 
     ``splits``: the data-split names the bands use (a benchmark's ``splits`` added to the generic ones).
     """
     kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, View):
         return source
-    if isinstance(source, RunResult):
-        return from_run_result(source, **kw)
-    if isinstance(source, Graph):
-        return from_graph(source, store=store, **kw)
+    for builder in _BUILDERS:  # the engine's first: a run folder read from its published set
+        view = builder(source, store=store, **kw)
+        if view is not None:
+            return view
     if isinstance(source, (str, os.PathLike)):
         return from_run_dir(source, **kw)
-    if isinstance(source, Iterable):
-        return from_graph(Graph(list(source)), store=store, **kw)
     raise TypeError(f"cannot draw {type(source).__name__}: give a Graph, a RunResult, a run folder or metrics")

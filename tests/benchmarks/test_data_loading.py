@@ -11,8 +11,9 @@ import pytest
 
 from evaldag.benchmarks.muse import data as muse
 from evaldag.benchmarks.tofu import data as tofu
-from evaldag.benchmarks.tofu import eval_logs
-from evaldag.benchmarks.tofu.data import DataError
+from evaldag.benchmarks.unlearning import eval_logs
+from evaldag.benchmarks.template_args import load_template_args
+from evaldag.benchmarks.textfile import DataError
 from evaldag.engine.adapters.base import PromptTemplate
 
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -149,13 +150,13 @@ LLAMA = """template_args:
 
 def test_template_args_from_model_configs_and_bare_mappings(tmp_path):
     (tmp_path / "phi.yaml").write_text(PHI)
-    assert tofu.load_template_args(tmp_path / "phi.yaml") == PromptTemplate.plain()
+    assert load_template_args(tmp_path / "phi.yaml") == PromptTemplate.plain()
     (tmp_path / "llama.yaml").write_text(LLAMA)
-    t = tofu.load_template_args(tmp_path / "llama.yaml")
+    t = load_template_args(tmp_path / "llama.yaml")
     assert t.apply_chat_template and t.date_string == "10 Apr 2025" and t.user_end_tag == "<|eot_id|>"
     assert t.system_prompt_with_special_tokens.endswith("assistant.<|eot_id|>")
     (tmp_path / "bare.json").write_text(json.dumps({"apply_chat_template": True, "system_prompt": "Hi"}))
-    assert tofu.load_template_args(tmp_path / "bare.json") == PromptTemplate.chat(system_prompt="Hi")
+    assert load_template_args(tmp_path / "bare.json") == PromptTemplate.chat(system_prompt="Hi")
 
 
 @pytest.mark.parametrize(
@@ -173,7 +174,7 @@ def test_template_args_from_model_configs_and_bare_mappings(tmp_path):
 def test_template_args_errors(tmp_path, text, match):
     (tmp_path / "m.yaml").write_text(text)
     with pytest.raises(DataError, match=match):
-        tofu.load_template_args(tmp_path / "m.yaml")
+        load_template_args(tmp_path / "m.yaml")
 
 
 # ------------------------------------------------------------------ retain logs

@@ -1,6 +1,5 @@
 """The editing benchmark end to end on a real edit of the demo checkpoint, and its bad-input errors."""
 
-import argparse
 import json
 import re
 import shutil
@@ -14,7 +13,7 @@ from evaldag.benchmarks.editing.data import load_edits, normalise_edit
 from evaldag.benchmarks.editing.make_edit import make_edited_checkpoint
 from evaldag.benchmarks.editing.report import heatmap_svg
 from evaldag.engine import cli, run
-from evaldag.engine.benchmark import BENCHMARKS
+from evaldag.engine.registry import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "benchmarks" / "demo" / "assets" / "models" / "target"
@@ -126,12 +125,14 @@ def test_metric_group_words_are_not_metric_names():
 @pytest.mark.parametrize("order", [("editing", "tofu"), ("tofu", "editing")])
 def test_editing_and_tofu_options_parse_together(order):
     """Either order of benchmarks on one command line gives both their options (the shared ones once)."""
-    p = argparse.ArgumentParser(conflict_handler="resolve")
-    for name in order:
-        BENCHMARKS.get(name).add_arguments(p)
-    args = p.parse_args(["--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3", "--ppl-per-text"])
+    from evaldag.engine.cli.main import parser
+    from evaldag.engine.cli.models import for_model, model_specs
+
+    parsed = parser(list(order), command="run").parse_args(
+        ["run", *order, "--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3", "--ppl-per-text"])
+    args = for_model(parsed, *model_specs(parsed))  # as `evaldag run` hands each run its checkpoint
     assert (args.model, args.base_model, args.retain_model, args.trace_samples) == ("m", "b", "r", 3)
-    cfg = BENCHMARKS.get("editing").config_from_args(argparse.Namespace(**vars(args), metrics=None, benchmarks=list(order)))
+    cfg = BENCHMARKS.get("editing").config_from_args(args)
     assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3 and cfg.ppl_per_text is True
     ppl = [n for n in spec.nodes(cfg) if n.name.startswith("perplexity")]
     assert len(ppl) == 3 and all(n.params.per_text for n in ppl)

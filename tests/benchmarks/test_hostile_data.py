@@ -24,8 +24,9 @@ from evaldag.benchmarks.muse import data as muse
 from evaldag.benchmarks.probes import data as probes
 from evaldag.benchmarks.textfile import NotUTF8, read_utf8
 from evaldag.benchmarks.tofu import data as tofu
-from evaldag.benchmarks.tofu import eval_logs
-from evaldag.benchmarks.tofu.data import DataError
+from evaldag.benchmarks.unlearning import eval_logs
+from evaldag.benchmarks.template_args import load_template_args
+from evaldag.benchmarks.textfile import DataError
 from evaldag.benchmarks.weat.spec import load_queries
 from evaldag.engine import cli
 from evaldag.metrics.fairness.embeddings import load_word2vec_text
@@ -118,7 +119,7 @@ def test_every_text_reader_names_the_file_and_line(tmp_path):
     gz.write_bytes(gzip.compress("x\n\xe9".encode("latin-1")))
     cases = [
         (lambda: muse.load_muse_split(tmp_path / "muse", "verbmem", "forget"), f"{verbmem}: line 3 (row 2, 0-based), column 14"),
-        (lambda: tofu.load_template_args(yaml), f"{yaml}: line 2, column 26"),
+        (lambda: load_template_args(yaml), f"{yaml}: line 2, column 26"),
         (lambda: eval_logs.load_eval_logs(logs), f"{logs}: line 2, column 6"),
         (lambda: editing.load_edits(edits), f"{edits}: line 2 (row 1, 0-based), column 13"),
         (lambda: editing.load_texts(texts), f"{texts}: line 3 (row 1, 0-based), column 3"),

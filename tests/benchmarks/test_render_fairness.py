@@ -21,7 +21,7 @@ import pytest
 from evaldag.benchmarks.weat import spec
 from evaldag.engine import cli
 from evaldag.benchmarks.weat import report as fairness_html
-from evaldag.engine.benchmark import build_report_html
+from evaldag.engine.report import build_report_html
 from evaldag.metrics.fairness.query import Query
 
 FIX = Path(__file__).parents[1] / "fixtures"

@@ -132,7 +132,6 @@ def test_the_arrows_the_page_corrected():
     assert not _edges(f"{e}.outputs", f"{e}.run")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 items 1/2: pending")
 def test_render_is_a_leaf():
     """`render/` draws a plain view model: it imports nothing of evaldag outside itself."""
     r = "evaldag.engine.render"
@@ -151,7 +150,6 @@ def test_the_benchmark_leaves_are_read_from_the_entry_points():
     assert {"tofu", "muse", "weat", "editing", "probes", "toy", "demo"} <= _benchmark_leaves()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 items 1/2: pending")
 def test_benchmarks_import_the_shared_layer_never_each_other():
     """Inside benchmarks/: shared layer <- leaves. A leaf (a benchmark or command package) imports
     itself and the shared modules beside it; the shared layer imports no leaf; no leaf imports another."""

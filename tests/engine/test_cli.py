@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evaldag.engine import cli
-from evaldag.engine.benchmark import BENCHMARKS
+from evaldag.engine.registry import BENCHMARKS
 
 from ..plugins import install
 
@@ -49,7 +49,7 @@ def test_list_shows_benchmarks_with_their_metric_names_and_the_registered_metric
 
 
 def test_every_listed_metric_name_is_accepted_by_metrics():
-    from evaldag.engine.benchmark import BENCHMARKS
+    from evaldag.engine.registry import BENCHMARKS
 
     for name in BENCHMARKS.names():
         menu = BENCHMARKS.get(name).metric_menu()
@@ -85,7 +85,8 @@ import argparse
 from pydantic import BaseModel
 
 from evaldag.engine import Result, Rows, metric
-from evaldag.engine.benchmark import Benchmark, MetricMenu, Section
+from evaldag.engine.benchmark import Benchmark, MetricMenu
+from evaldag.engine.render.report_html import Section
 
 
 @metric("thirdbench_count", version="1", needs=("data",), register=False)

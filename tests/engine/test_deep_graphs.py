@@ -19,7 +19,7 @@ from evaldag.engine.render.mermaid import to_mermaid
 from evaldag.engine.resources import ResourceSet
 from evaldag.engine.reasons import history_slots as _slots
 from evaldag.engine.render.svg import to_svg
-from evaldag.engine.render.view import from_graph
+from evaldag.engine.views import from_graph
 
 N = 10_000
 

@@ -25,13 +25,13 @@ import pytest
 from evaldag.engine import Graph, Params, Result, Value, Rows, metric, render, run, write_report
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine import cli
-from evaldag.engine.benchmark import build_report_html, splits_of
+from evaldag.engine.report import build_report_html, splits_of
 from evaldag.engine.render import layout as layout_mod, plots
 from evaldag.engine.render.clusters import cluster_order, guess_split, is_model_like
 from evaldag.engine.requests import unpack_token_stats
 from evaldag.benchmarks import toy as toy_bench
 from evaldag.benchmarks.tofu.benchmark import TofuBenchmark
-from evaldag.benchmarks.unlearning_report import per_item
+from evaldag.benchmarks.unlearning.report import per_item
 
 TOFU_SPLITS = splits_of([TofuBenchmark()])  # forget / holdout / retain and TOFU's real authors, world facts
 
@@ -534,3 +534,22 @@ def test_report_without_run_json_or_plot_data(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="neither run.json"):
         build_report_html([tmp_path / "empty"])
+
+
+def test_render_draws_a_run_from_its_files_alone_without_the_engine(tmp_path):
+    """render/ is a leaf: a copy of its modules, in a process where importing evaldag fails,
+    draws a finished run from its JSON exactly as the installed package does, and its
+    report page is the engine's page minus nothing but the plugin sections (none for toy)."""
+    import shutil
+
+    out = toy_run_dir(tmp_path)
+    shutil.copytree(Path(render.__file__).parent, tmp_path / "site" / "leafrender",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys; sys.modules['evaldag'] = None; sys.path.insert(0, sys.argv[2]); import leafrender as r; "
+            "sys.stdout.write(r.to_mermaid(sys.argv[1]) + r.to_svg(sys.argv[1]) + r.build_report_html([sys.argv[1]]))")
+    got = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "site")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == render.to_mermaid(out) + render.to_svg(out) + build_report_html([out])
+    with pytest.raises(TypeError, match="cannot draw int"):  # neither a View, a folder nor what a builder knows
+        render.as_view(3)

@@ -20,7 +20,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from evaldag.engine.benchmark import write_report_html
+from evaldag.engine.report import write_report_html
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (CI installs it: apt-get install -y chromium)")

@@ -62,3 +62,56 @@ def test_a_sweep_runs_each_checkpoint_forwards_the_retain_model_once_and_writes_
     page = (out / "report.html").read_text()
     assert "target" in page and "nudged" in page
     assert not (out / "target" / "report.html").exists()  # one report for the sweep
+
+
+def test_the_cli_owns_model_and_hands_each_run_one_checkpoint(tmp_path, capsys):
+    """`--model` has one owner: the run command declares it (repeatable) when a named benchmark
+    `takes_model`; each run's Namespace holds one checkpoint in `model` and the parsed
+    Namespace keeps the list. A benchmark that takes no model has no `--model` at all."""
+    import argparse
+
+    import pytest
+    from pydantic import BaseModel
+
+    from evaldag.benchmarks import toy
+    from evaldag.engine.benchmark import Benchmark, MetricMenu
+    from evaldag.engine.cli.main import parser
+    from evaldag.engine.registry import BENCHMARKS
+
+    seen: list = []
+
+    class SeenConfig(BaseModel):
+        model: str | None = None
+        metrics: tuple[str, ...] = ("toy_probability",)
+
+    class ModelSeen(Benchmark):
+        name, group, Config, takes_model = "modelseen", "TOY", SeenConfig, True
+
+        def config_from_args(self, args: argparse.Namespace) -> SeenConfig:
+            seen.append((args.model, getattr(args, "models", "absent")))
+            return SeenConfig(model=args.model, metrics=self.metrics_from_args(args))
+
+        def metric_menu(self) -> MetricMenu:
+            return MetricMenu(default=("toy_probability",), all=("toy_probability",))
+
+        def build(self, cfg: SeenConfig):
+            return toy.nodes(cfg.metrics), toy.resources()
+
+    BENCHMARKS.add(ModelSeen)
+    try:
+        out = tmp_path / "out"
+        argv = ["run", "modelseen", "--model", "ckpt-a", "--model", "ckpt-b", "--out", str(out),
+                "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+        assert cli.main(argv) == 0
+        assert seen == [("ckpt-a", "absent"), ("ckpt-b", "absent")]  # one checkpoint each, a string
+        assert (out / "ckpt-a" / "TOY_EVAL.json").is_file() and (out / "ckpt-b" / "TOY_EVAL.json").is_file()
+        # declared once, by the CLI, for every benchmark that takes a model (TOFU's, WEAT's, EDITING's shared flags too)
+        args = parser(["tofu", "weat", "editing", "modelseen"], command="run").parse_args(
+            ["run", "tofu", "weat", "editing", "modelseen", "--model", "x", "--model", "y"])
+        assert args.models == ["x", "y"] and not hasattr(args, "model")
+    finally:
+        BENCHMARKS.remove("modelseen")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # toy takes no model: --model is not an option of its run
+        cli.main(["run", "toy", "--model", "x", "--out", str(tmp_path / "t"), "--cache-dir", str(tmp_path / "cache")])
+    assert e.value.code == 2 and "unrecognized arguments: --model x" in capsys.readouterr().err

@@ -12,9 +12,9 @@ import re
 from html import escape
 from typing import Any
 
-from ..engine.render.clusters import guess_split
-from ..engine.render.plots import histogram_svg, roc_curve, roc_svg
-from ..engine.render.report_html import RunFolder, Section
+from ...engine.render.clusters import guess_split
+from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
+from ...engine.render.report_html import RunFolder, Section
 
 _PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
 

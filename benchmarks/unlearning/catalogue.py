@@ -1,11 +1,11 @@
-"""What every benchmark spec shares: named nodes built once, on demand, and the retain side."""
+"""What the TOFU and MUSE specs share: named nodes built once, on demand, and the retain side."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..engine import Node
-from ..metrics.unlearning.retain_logs import from_logs
+from ...engine import Node
+from ...metrics.unlearning.retain_logs import from_logs
 
 
 class Catalogue:

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..textfile import read_utf8
-from .data import DataError
+from ..textfile import DataError, read_utf8
 
 #: the retain-side metric each reading metric binds to (``Catalogue.retain_side``)
 READS = {"forget_quality": "forget_truth_ratio", "privleak": "mia_min_k"}

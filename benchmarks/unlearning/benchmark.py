@@ -1,0 +1,85 @@
+"""What the unlearning benchmarks (TOFU, MUSE) share as plugins: the model and retain flags,
+the config fields every one of them fills the same way, the retain logs as a resource, a
+metric menu of defaults plus the ``mia`` group, the plan and the report's plots.
+
+A subclass names its ``spec`` module and metric lists and supplies only what is its own:
+its flags (:meth:`UnlearningBenchmark.add_own_arguments`), its config fields
+(:meth:`~UnlearningBenchmark.own_config`) and its data resources
+(:meth:`~UnlearningBenchmark.data_resources`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any, ClassVar
+
+from ...engine import Node, Value
+from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.render.report_html import RunFolder, Section
+from .. import common
+from . import report
+from .eval_logs import EvalLogs, load_eval_logs
+
+
+class UnlearningBenchmark(Benchmark):
+    """Base of TofuBenchmark and MuseBenchmark (``spec``: GROUP, nodes(), metric_names())."""
+
+    spec: ClassVar[ModuleType]
+    default_metrics: ClassVar[tuple[str, ...]] = ()
+    mia_metrics: ClassVar[tuple[str, ...]] = ()
+    resource_flags = common.RESOURCE_FLAGS
+    takes_model = True  # --model is the CLI's (engine/cli/models.py); model_options reads args.model
+
+    def metric_menu(self) -> MetricMenu:
+        return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()), groups={"mia": self.mia_metrics})
+
+    # -- the command line: shared flags, then the benchmark's own
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        common.add_model_arguments(p)
+        self.add_own_arguments(p)
+
+    def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
+        """``--<name>-data``, ``--<name>-retain-logs`` and whatever else is the benchmark's own."""
+
+    def config_from_args(self, args: argparse.Namespace) -> Any:
+        """Model options, metrics, data and retain logs read alike (``--<name>-X`` before ``--X``)."""
+        return self.Config(
+            **common.model_options(args),
+            metrics=self.metrics_from_args(args),
+            data=common.bench_option(args, self.name, "data"),
+            retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
+            **self.own_config(args),
+        )
+
+    def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The Config fields only this benchmark has, from its own flags."""
+        return {}
+
+    # -- the graph and its resources
+    def data_resources(self, cfg: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+        """The data splits as lazy ``Rows`` (nothing read yet)."""
+        raise NotImplementedError
+
+    def eval_logs(self, path: str, metrics: Any) -> EvalLogs:
+        """The retain model's logs, checked for the keys ``metrics`` read."""
+        return load_eval_logs(path, metrics)
+
+    def graph_config(self, cfg: Any) -> Any:
+        """The config the graph is built from (MUSE reads its few-shot rows in here)."""
+        return cfg
+
+    def plan(self, cfg: Any) -> list[Node]:
+        return self.spec.nodes(cfg.metrics, cfg)
+
+    def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
+        """Data first (a missing folder is the first error), then the retain logs, then the models."""
+        resources = self.data_resources(cfg)
+        if cfg.retain_logs:
+            logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
+            resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))
+        resources.update(common.model_resources(cfg))
+        return self.spec.nodes(cfg.metrics, self.graph_config(cfg)), resources
+
+    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
+        return report.report_sections(runs)

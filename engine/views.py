@@ -1,0 +1,111 @@
+"""Views of the engine's own objects: the plan of a :class:`Graph` and the run of a
+:class:`RunResult`, as the plain :class:`~evaldag.engine.render.view.View` that ``render/``
+draws.
+
+``render/`` is a leaf: it draws a View and reads a finished run's files, and imports
+nothing of the engine. What needs the engine (a graph's vertices, a node store to say
+which nodes are cached, a result's records and loaded values) is read here, and this
+module hands ``render.as_view`` its builder, so ``render.to_mermaid(nodes)`` keeps
+drawing a Graph, a RunResult or configured metrics whenever ``evaldag.engine`` is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .cache import Cache
+from .graph import Graph
+from .outfolder import set_folder
+from .render.clusters import GENERIC_SPLITS, Split
+from .render.view import (EdgeView, NodeView, View, add_resource_nodes, add_view_builder, display_name, finish_view,
+                          from_run_dir, headline)
+from .results import RunResult
+
+
+def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, values: dict | None = None,
+               show_resources: bool = False, title: str | None = None, meta: dict | None = None,
+               splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    """A view of an engine Graph: the plan, or a run when ``records``/``values`` are given.
+
+    ``store`` (a Store or a folder) marks nodes whose fingerprint it already holds as
+    ``cached``; that needs fingerprints, i.e. ``graph.fingerprint(resources)`` first.
+    """
+    if store is not None and not hasattr(store, "has"):
+        store = Cache(store).nodes
+    order = graph.order()
+    ids = {v.key: f"n{i}" for i, v in enumerate(order)}
+    nodes, edges = [], []
+    for v in order:
+        rec = (records or {}).get(v.key)
+        if rec is not None:
+            status, reason, problem = rec.status, rec.reason, rec.problem
+            # a cached node took no time; 6 decimals as run.json keeps them, so both views agree
+            seconds = round(rec.seconds, 6) if rec.status in ("computed", "failed") else None
+        else:
+            held = store is not None and v.fingerprint is not None and store.has(v.fingerprint)
+            status, seconds, reason, problem = ("cached" if held else "planned"), None, "", ""
+        names = [display_name(g, n) for g, n in v.names]
+        p = v.node.params
+        nodes.append(NodeView(
+            id=ids[v.key], key=v.key, label=v.label, names=names or [v.label], metric=v.metric.name,
+            kind=v.metric.kind, status=status, params=p.model_dump(mode="json"),
+            params_not_default=p.model_dump(mode="json", exclude_defaults=True),
+            group=v.names[0][0] if v.names else None, seconds=seconds,
+            value=headline((values or {}).get(v.key)), reason=reason, problem=problem, fingerprint=v.fingerprint,
+            version=v.metric.version, resources=dict(v.resources)))
+        by_parent: dict[str, list[str]] = {}
+        for k, pk in v.parent_keys.items():
+            by_parent.setdefault(pk, []).append(k)
+        edges += [EdgeView(ids[pk], ids[v.key], sorted(ks)) for pk, ks in by_parent.items()]
+    if show_resources:
+        providers = getattr(getattr(graph, "registry", None), "providers", {}) or {}
+        add_resource_nodes(nodes, edges, providers)
+    mode = "run" if records else "plan"
+    return finish_view(nodes, edges, mode, title or f"evaldag {mode}", meta or {}, splits)
+
+
+def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None,
+                    splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    """The run view of a RunResult still in memory (values read from the store if needed)."""
+    values = {}
+    for v in result.graph.order():
+        rec = result.records.get(v.key)
+        if v.names and rec is not None and rec.status in ("computed", "cached"):
+            if v.key in result.loaded:
+                values[v.key] = result.loaded[v.key]
+            else:
+                entry = result.cache.nodes.get(v.fingerprint)
+                values[v.key] = entry.value if entry is not None else None
+    meta = {"executor": result.executor, "wall_seconds": result.wall_seconds, "provenance": result.provenance}
+    return from_graph(result.graph, records=result.records, values=values, show_resources=show_resources,
+                      title=title or "evaldag run", meta=meta, splits=splits)
+
+
+def run_dir_view(folder: str | os.PathLike, **kw: Any) -> View:
+    """The run view of an --out folder, every file read from its published set (never a mix
+    of two runs, even while a run publishes the next)."""
+    given = Path(folder)
+    given = given.parent if given.is_file() else given  # run.json itself
+    return from_run_dir(set_folder(given), shown=given, **kw)
+
+
+def view_of(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
+            splits: Sequence[Split] = GENERIC_SPLITS) -> View | None:
+    """A RunResult, a Graph or configured metrics as a View; None for anything else."""
+    kw = dict(show_resources=show_resources, title=title, splits=splits)
+    if isinstance(source, (str, os.PathLike)):
+        return run_dir_view(source, **kw)
+    if isinstance(source, RunResult):
+        return from_run_result(source, **kw)
+    if isinstance(source, Graph):
+        return from_graph(source, store=store, **kw)
+    if isinstance(source, Iterable) and not isinstance(source, (str, bytes, dict)):
+        return from_graph(Graph(list(source)), store=store, **kw)
+    return None
+
+
+add_view_builder(view_of)
+
+__all__ = ["from_graph", "from_run_result", "run_dir_view", "view_of"]
