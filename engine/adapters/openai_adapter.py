@@ -27,33 +27,51 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..backend import Capabilities, ModelAdapter
+from ..batching import Budget
 from ..requests import Generate, GenerateResult, Request, TokenStats, TokenStatsResult
 from .openai_http import ServerError, chunks
 
 PROMPTS_PER_CALL = 16
+SERVER_GROUP = Budget(tokens=1 << 16, max_batch=256)
 
 
-class OpenAIAdapter:
+def server_capabilities(server: Any) -> Capabilities:
+    """What the detected server modes give: generation always; token statistics (the
+    chosen token's log-prob and the greedy token) with prompt_logprobs or echo."""
+    if server.logprob_mode in ("prompt_logprobs", "echo"):
+        return Capabilities(frozenset({"token_stats", "generate"}), frozenset({"logprob", "argmax"}))
+    return Capabilities(frozenset({"generate"}))
+
+
+class OpenAIAdapter(ModelAdapter):
     """The weights side of a server-backed model: what the executor calls with a batch."""
 
     device = "server"
 
-    def __init__(self, server: Any, encoder: Any):
+    def __init__(self, server: Any, encoder: Any, dtype: str = ""):
         self.server = server  # openai_model.Server: client, served model id, detected modes
         self.encoder = encoder
-        self.last_batch_tokens: tuple[int, int] | None = None
+        self.dtype = dtype
+        self._tokens: tuple[int, int] | None = None
 
-    def budget_hint(self) -> int:
-        """Tokens per batch handed to ``run_batch``; the server does its own batching, so
-        only the size of one HTTP body and of one retry matters."""
-        return 1 << 14
+    def capabilities(self) -> Capabilities:
+        return server_capabilities(self.server)
+
+    def group_budget(self, kind: str, budget: Budget) -> Budget:
+        """The server batches on its own: hand it many requests at once (calls then run
+        ``concurrency`` at a time), never less than the executor's own budget."""
+        return Budget(max(budget.tokens, SERVER_GROUP.tokens), max(budget.max_batch, SERVER_GROUP.max_batch))
+
+    def tokens_used(self) -> tuple[int, int] | None:
+        return self._tokens
 
     def run_batch(self, requests: Sequence[Request]) -> list[Any]:
         if not requests:
             return []
         kind = requests[0].kind
         n = sum(r.length() for r in requests)
-        self.last_batch_tokens = (n, n)  # a server batches on its own: nothing padded here
+        self._tokens = (n, n)  # a server batches on its own: nothing padded here
         if kind == "token_stats":
             return self._token_stats(list(requests))  # type: ignore[arg-type]
         if kind == "generate":

@@ -25,6 +25,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..backend import Capabilities, Identity, ModelResource
 from .openai_http import Client, ServerError
 
 PROBE_TEXT = "The capital of France is"
@@ -99,12 +100,12 @@ class Server:
                 return
 
 
-class OpenAIModel:
+class OpenAIModel(ModelResource):
     """``openai:URL`` with its qualifiers: ``served`` (``--served-model``), ``tokenizer``
     (``--tokenizer DIR|ID``: the local tokenizer that builds prompts), ``api_key_env``,
     ``dtype`` (what the server runs, as the user states it; part of the identity)."""
 
-    kind = "model"
+    backend = "openai"
 
     def __init__(self, url: str, tokenizer: str | None = None, served: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", dtype: str = "auto", timeout: float = 120.0,
@@ -190,7 +191,22 @@ class OpenAIModel:
             self.check()
         return self._server  # type: ignore[return-value]
 
-    def identity(self) -> dict:
+    def capabilities(self) -> Capabilities:
+        from .openai_adapter import server_capabilities
+
+        return server_capabilities(self.server())
+
+    def identity(self) -> Identity:
+        """The request store's key: every detail of :meth:`server_identity` (the probe as a digest)."""
+        ident = self.server_identity()
+        details = {k: v for k, v in ident.items() if k != "probe"}
+        details["probe"] = hashlib.sha256(json.dumps(ident["probe"], sort_keys=True).encode()).hexdigest()[:16]
+        return Identity("openai", "server", tuple(sorted((k, str(v)) for k, v in details.items())))
+
+    def label(self) -> str:
+        return self.spec
+
+    def server_identity(self) -> dict:
         """What the fingerprint hashes (and run.json shows): kind, version, model, length, probe."""
         if self._identity is None:
             srv = self.server()
@@ -228,7 +244,7 @@ class OpenAIModel:
 
     def fingerprint(self) -> str:
         if self._fp is None:
-            ident = self.identity()
+            ident = self.server_identity()
             text = json.dumps({**ident, "tokenizer": self.encoder().fingerprint()}, sort_keys=True, default=str)
             self._fp = hashlib.sha256(("openai-1\0" + text).encode()).hexdigest()
         return self._fp
@@ -238,7 +254,7 @@ class OpenAIModel:
 
     def describe(self) -> dict:
         """run.json's record of this model: never the key, only the variable's name."""
-        out = {"path": self.spec, "source": "openai", "tokenizer": self.tokenizer,
+        out = {"spec": self.spec, "path": self.spec, "source": "openai", "tokenizer": self.tokenizer,
                "api_key_env": self.client.api_key_env, "dtype": self.dtype}
         if self._identity is not None:
             out.update({k: v for k, v in self._identity.items() if k != "probe"})
@@ -268,7 +284,7 @@ class OpenAIModel:
         if self._adapter is None:
             from .openai_adapter import OpenAIAdapter
 
-            self._adapter = OpenAIAdapter(self.server(), self.encoder())
+            self._adapter = OpenAIAdapter(self.server(), self.encoder(), self.dtype)
         return self._adapter
 
 

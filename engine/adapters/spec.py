@@ -77,16 +77,23 @@ def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
 
 
 def _factory(scheme: str) -> Any:
-    if scheme == "openai":
-        from .openai_model import from_spec
+    """The scheme's factory from the backend registry (``evaldag.backends``); ``hf`` is
+    built in, so a bare path works whatever is installed."""
+    from ..backend import backend_factory
 
-        return from_spec
-    if scheme == "hf":
-        from .hf import HFModel
+    try:
+        return backend_factory(scheme)
+    except KeyError:
+        if scheme == "hf":
+            from .hf import HFModel
 
-        return lambda target, **q: HFModel(target, **q)
-    return None
+            return lambda target, **q: HFModel(target, **q)
+        return None
 
 
 def _schemes() -> list[str]:
-    return ["hf", "openai"]
+    from importlib.metadata import entry_points
+
+    from ..backend import BACKEND_GROUP
+
+    return sorted({"hf"} | {ep.name for ep in entry_points(group=BACKEND_GROUP)})

@@ -153,7 +153,8 @@ def test_openai_spec_needs_a_tokenizer_and_an_http_url():
 def test_unknown_scheme_and_schemes_are_never_paths():
     with pytest.raises(spec.SpecError) as e:
         spec.resolve("vlm:/models/x")
-    assert str(e.value).startswith("--model vlm:/models/x: unknown model scheme 'vlm'; known: hf:, openai:")
+    assert str(e.value).startswith("--model vlm:/models/x: unknown model scheme 'vlm'; known: ")
+    assert "hf:" in str(e.value) and "openai:" in str(e.value)
     with pytest.raises(spec.SpecError, match=r"unknown model scheme 'http' \(an OpenAI-compatible server is openai:URL\)"):
         spec.resolve("http://h:8000/v1")
     assert spec.parse("./ckpt").scheme == "hf" and spec.parse("org/name").scheme == "hf"
