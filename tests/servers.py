@@ -168,8 +168,8 @@ class ExistingServer(RunningServer):
     """A server someone else started (``$EVALDAG_VLLM_URL``, serving this module's model as
     ``tiny``): for iterating on the tests without a 30-170 s start each time. Never in CI."""
 
-    def __init__(self, url: str):
-        self.name, self.url, self.served, self.proc = "vLLM (given)", url.rstrip("/"), "tiny", None
+    def __init__(self, url: str, served: str | None = "tiny"):
+        self.name, self.url, self.served, self.proc = "given server", url.rstrip("/"), served, None
 
     def stop(self) -> None:
         pass
@@ -196,6 +196,8 @@ def start_vllm(model_dir: Path, workdir: Path) -> RunningServer:
 
 
 def start_transformers_serve(model_dir: Path, workdir: Path) -> RunningServer:
+    if os.environ.get("EVALDAG_SERVE_URL") and os.environ.get("CI", "").lower() != "true":
+        return ExistingServer(os.environ["EVALDAG_SERVE_URL"], None)
     exe = _bin("EVALDAG_SERVE_BIN", ".venv-serve/bin/transformers")
     if not exe.exists():
         unavailable(f"no transformers-serve venv at {exe} (set EVALDAG_SERVE_BIN or run .ci/run's setup)")

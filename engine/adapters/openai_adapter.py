@@ -91,7 +91,7 @@ class OpenAIAdapter(ModelAdapter):
             fn = self._stats_echo
         else:
             raise ServerError(f"{self.server.spec} gives no prompt log-probs (neither prompt_logprobs nor echo+logprobs)")
-        groups = list(chunks(reqs, PROMPTS_PER_CALL))
+        groups = list(chunks(reqs, PROMPTS_PER_CALL if self.server.gen_mode == "ids" else 1))
         out: list[TokenStatsResult] = []
         for part in self.server.client.map(fn, groups):
             out.extend(part)
@@ -151,8 +151,8 @@ class OpenAIAdapter(ModelAdapter):
         for idx in by_settings.values():
             calls.extend(list(c) for c in chunks(idx, PROMPTS_PER_CALL))
         calls.extend([i] for i, r in enumerate(reqs) if r.settings.do_sample)
-        if self.server.gen_mode == "chat":
-            calls = [[i] for c in calls for i in c]  # a chat call answers one conversation
+        if self.server.gen_mode != "ids":
+            calls = [[i] for c in calls for i in c]  # a text prompt (transformers serve) or a chat goes alone
         out: list[Any] = [None] * len(reqs)
         for idx, results in zip(calls, self.server.client.map(lambda c: self._generate_call([reqs[i] for i in c]), calls)):
             for i, res in zip(idx, results):

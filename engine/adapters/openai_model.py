@@ -66,7 +66,7 @@ class Server:
         if self.gen_mode == "ids":
             return seqs
         texts = [self.prompt_text(s) for s in seqs]
-        return texts if len(texts) > 1 else texts[0]
+        return texts if len(texts) > 1 else texts[0]  # one text alone: some servers take no list
 
     def detect(self) -> None:
         """Find once how prompts go in (ids, text, chat) and how prompt log-probs come out."""

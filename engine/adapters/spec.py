@@ -60,6 +60,12 @@ def parse(text: str, flag: str = "--model") -> Spec:
 
 def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
     """The model resource a spec names (nothing loaded, nothing sent yet)."""
+    fallback = qualifiers.pop("fallback", None)
+    if fallback:
+        from ..backend import Routed
+
+        fb_flag = "--fallback" if flag == "--model" else flag.replace("-model", "-fallback")
+        return Routed(resolve(text, flag, **qualifiers), resolve(fallback, fb_flag))
     spec = parse(text, flag)
     factory = _factory(spec.scheme)
     if factory is None:
