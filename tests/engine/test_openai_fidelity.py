@@ -88,3 +88,24 @@ def test_greedy_generations_equal_hf_except_near_ties(server_model, vllm_server)
             near_tie += 1
     print(f"greedy {s.max_new_tokens}-token generations identical: {same}/{len(reqs)}; differing at a near-tie: {near_tie}")
     assert same >= len(reqs) // 2 and len(reqs) >= 20
+
+
+def test_min_k_plus_plus_is_refused_before_anything_runs(server_model, vllm_server, tmp_path):  # noqa: F811
+    """A server gives no full-vocabulary statistics: the planner names the metric and the way out."""
+    from evaldag.engine.planner import PlanError
+
+    mdir, tdir = server_model
+    oa = OpenAIModel(vllm_server.url + "/v1", tokenizer=str(tdir), served=vllm_server.served).check()
+    bench = BENCHMARKS.get("tofu")
+    p = argparse.ArgumentParser(conflict_handler="resolve")
+    bench.add_arguments(p)
+    args = p.parse_args(["--model", str(mdir), "--tofu-data", str(TOFU_TINY)])
+    args.metrics, args.benchmarks = "mia_min_k_plus_plus", ["tofu"]
+    nodes, resources = bench.build(bench.config_from_args(args))
+    before = vllm_server.prompt_tokens()
+    with pytest.raises(PlanError) as e:
+        run(nodes, {**resources, "model": oa}, cache=tmp_path / "c", init_cache=True)
+    assert str(e.value).startswith(f"mia_min_k_plus_plus needs full-vocabulary log-prob statistics")
+    assert f"{oa.spec} gives token statistics with the chosen token's log-prob and the greedy token (argmax) only" in str(e.value)
+    assert str(e.value).endswith("drop it, or add --fallback hf:DIR")
+    assert vllm_server.prompt_tokens() == before and not (tmp_path / "c").exists()

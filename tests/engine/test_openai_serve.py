@@ -59,6 +59,8 @@ def test_planner_refuses_token_statistics_then_fallback_serves_them(served, serv
     routed = spec.resolve(f"openai:{serve_server.url}/v1", tokenizer=str(tdir), fallback=str(mdir))
     out = tofu(mdir, routed, "forget_Q_A_Prob,forget_Q_A_ROUGE", tmp_path / "routed")
     assert out.ok
-    by_backend = {r.name: r.backend for r in out.records.values() if getattr(r, "backend", None)}
-    assert any(str(v).startswith("hf:") for v in by_backend.values()), by_backend
-    assert any(str(v).startswith(served.spec) for v in by_backend.values()), by_backend
+    by_backend = {r.name: r.backend["model"] for r in out.records.values() if r.backend}
+    assert sorted(by_backend.values()) == sorted([f"hf:{mdir}", served.spec]), by_backend
+    stats = next(k for k in by_backend if k.startswith("qa_stats"))
+    gens = next(k for k in by_backend if k.startswith("qa_generations"))
+    assert by_backend[stats] == f"hf:{mdir}" and by_backend[gens] == served.spec

@@ -77,7 +77,8 @@ def test_identity_is_stable_and_apart_from_hf(pair, vllm_server):  # noqa: F811
     hf, oa = pair
     again = OpenAIModel(vllm_server.url, tokenizer=oa.tokenizer, served=vllm_server.served, dtype="float32")
     assert again.fingerprint() == oa.fingerprint() != hf.fingerprint()
-    assert oa.identity().key_suffix().startswith("@server~openai-") and hf.identity().key_suffix() == "@cpu"
+    assert oa.identity().digest().startswith("~openai-") and hf.identity().digest() == ""
+    assert oa.identity().device == "server" and dict(oa.identity().details)["served_model"] == "tiny"
     ident = oa.server_identity()
     assert ident["kind"] == "vllm" and ident["version"] == "0.32.0" and ident["served_model"] == "tiny"
     assert ident["max_model_len"] == 512 and len(ident["probe"]["ids"]) == 4
