@@ -35,6 +35,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOFU_TINY = REPO / "tests" / "fixtures" / "tofu_tiny"
+#: the key the vLLM server is started with; the fixture puts it in OPENAI_API_KEY for the session
+VLLM_KEY = "sk-evaldag-test-7c1f0e9b2d"
 START_TIMEOUT = float(os.environ.get("EVALDAG_SERVER_TIMEOUT", "300"))
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
@@ -184,7 +186,8 @@ def start_vllm(model_dir: Path, workdir: Path) -> RunningServer:
     port = free_port()
     srv = RunningServer("vLLM", [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                                  "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "512",
-                                 "--enforce-eager", "--seed", "0", "--host", "127.0.0.1", "--port", str(port)],
+                                 "--enforce-eager", "--seed", "0", "--host", "127.0.0.1", "--port", str(port),
+                                 "--api-key", VLLM_KEY],
                         port, workdir / "vllm.log", "/v1/models",
                         env={"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     why = srv.wait_ready()
@@ -221,9 +224,16 @@ def server_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vllm_server(server_model, tmp_path_factory):
+    """vLLM started with ``--api-key VLLM_KEY``; OPENAI_API_KEY holds it while the session runs."""
     srv = start_vllm(server_model[0], tmp_path_factory.mktemp("vllm"))
+    old = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = VLLM_KEY
     yield srv
     srv.stop()
+    if old is None:
+        os.environ.pop("OPENAI_API_KEY", None)
+    else:
+        os.environ["OPENAI_API_KEY"] = old
 
 
 @pytest.fixture(scope="session")
