@@ -67,13 +67,13 @@ def _corpus(seed: int):
                         yield text
 
 
-def build_tiny_llama(out: Path, seed: int = 0, vocab: int = 1000) -> tuple[Path, Path]:
-    """``out/model`` (weights + tokenizer) and ``out/tokenizer`` (the tokenizer alone)."""
+def build_tiny_llama(out: Path, seed: int = 0, vocab: int = 1000, weights_seed: int | None = None) -> tuple[Path, Path]:
+    """``out/model`` (weights + tokenizer) and ``out/tokenizer`` (the tokenizer alone).
+    ``weights_seed`` (default ``seed``): other weights with the same tokenizer."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    torch.manual_seed(seed)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -88,6 +88,7 @@ def build_tiny_llama(out: Path, seed: int = 0, vocab: int = 1000) -> tuple[Path,
                       num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
                       initializer_range=0.3, rms_norm_eps=1e-6, tie_word_embeddings=False,
                       bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    torch.manual_seed(seed if weights_seed is None else weights_seed)
     model = LlamaForCausalLM(cfg).to(torch.float32).eval()
     model.generation_config.pad_token_id = fast.pad_token_id
     mdir, tdir = out / "model", out / "tokenizer"
@@ -177,8 +178,8 @@ class ExistingServer(RunningServer):
         pass
 
 
-def start_vllm(model_dir: Path, workdir: Path) -> RunningServer:
-    if os.environ.get("EVALDAG_VLLM_URL") and os.environ.get("CI", "").lower() != "true":
+def start_vllm(model_dir: Path, workdir: Path, fresh: bool = False) -> RunningServer:
+    if not fresh and os.environ.get("EVALDAG_VLLM_URL") and os.environ.get("CI", "").lower() != "true":
         return ExistingServer(os.environ["EVALDAG_VLLM_URL"])
     py = _bin("EVALDAG_VLLM_PYTHON", ".venv-vllm/bin/python")
     if not py.exists():
@@ -188,7 +189,7 @@ def start_vllm(model_dir: Path, workdir: Path) -> RunningServer:
                                  "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "512",
                                  "--enforce-eager", "--seed", "0", "--host", "127.0.0.1", "--port", str(port),
                                  "--api-key", VLLM_KEY],
-                        port, workdir / "vllm.log", "/v1/models",
+                        port, workdir / "vllm.log", "/health",  # /v1 answers 401 without the key
                         env={"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     why = srv.wait_ready()
     if why:

@@ -40,8 +40,8 @@ def server_capabilities(server: Any) -> Capabilities:
     """What the detected server modes give: generation always; token statistics (the
     chosen token's log-prob and the greedy token) with prompt_logprobs or echo."""
     if server.logprob_mode in ("prompt_logprobs", "echo"):
-        return Capabilities(frozenset({"token_stats", "generate"}), frozenset({"logprob", "argmax"}))
-    return Capabilities(frozenset({"generate"}))
+        return Capabilities(frozenset({"token_stats", "generate", "generate_text"}), frozenset({"logprob", "argmax"}))
+    return Capabilities(frozenset({"generate", "generate_text"}))
 
 
 class OpenAIAdapter(ModelAdapter):
@@ -76,6 +76,8 @@ class OpenAIAdapter(ModelAdapter):
             return self._token_stats(list(requests))  # type: ignore[arg-type]
         if kind == "generate":
             return self._generate(list(requests))  # type: ignore[arg-type]
+        if kind == "generate_text":
+            return self.server.client.map(self._generate_text, list(requests))
         raise ServerError(f"{self.server.spec} cannot serve {kind} requests (a server gives log-probs and generations only)")
 
     # -- token statistics
@@ -183,6 +185,23 @@ class OpenAIAdapter(ModelAdapter):
             else:
                 out.append(self._from_text(ch.get("text") or "", s))
         return out
+
+    def _generate_text(self, r: Any) -> GenerateResult:
+        """A prompt given as text (``GenerateText``): the chat endpoint's user turn, or the
+        completion prompt as is; the text comes back as the server wrote it."""
+        s = r.settings
+        body: dict[str, Any] = {"max_tokens": s.max_new_tokens, "temperature": s.temperature if s.do_sample else 0}
+        if s.do_sample:
+            body.update(seed=int(s.seed), top_p=s.top_p)
+        if s.stop_strings:
+            body.update(stop=list(s.stop_strings), include_stop_str_in_output=True)
+        if self.server.gen_mode == "chat":
+            answer = self.server.post_chat({**body, "messages": [{"role": "user", "content": r.prompt}]})
+            text = (answer.get("choices") or [{}])[0].get("message", {}).get("content") or ""
+        else:
+            answer = self.server.post_completion({**body, "prompt": r.prompt})
+            text = self._choices(answer, 1)[0].get("text") or ""
+        return GenerateResult(np.zeros(0, dtype=np.int32), text)
 
     def _from_ids(self, ids: list[int], s: Any) -> GenerateResult:
         ids = ids[: s.max_new_tokens]

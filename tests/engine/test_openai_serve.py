@@ -35,7 +35,7 @@ def test_generation_through_a_text_only_server_equals_hf(served, server_model): 
     assert [g.text for g in got] == [w.text for w in want]
     d = served.describe()
     assert (d["gen_mode"], d["logprob_mode"], d["tokenizer_checked"]) == ("text", "none", False)
-    assert served.capabilities().kinds == frozenset({"generate"})
+    assert served.capabilities().kinds == frozenset({"generate", "generate_text"})
 
 
 def tofu(model_dir, model, metrics, cache):

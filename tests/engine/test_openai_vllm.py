@@ -106,3 +106,25 @@ def test_unknown_served_model_and_disagreeing_tokenizer(vllm_server, server_mode
     msg = str(e.value)
     assert msg.startswith(f"--tokenizer {TINY_LLAMA / 'target'} disagrees with openai:{vllm_server.url}'s tokenizer: 'The capital of France is' is [")
     assert "\n" not in msg
+
+
+def test_other_weights_behind_the_same_name_change_the_identity(pair, vllm_server, tmp_path):  # noqa: F811
+    """A second server on other weights, served under the same name ``tiny``: another probe,
+    so another fingerprint and request-store key (the cache recomputes). The same server
+    reached by another URL (as after a restart on another host name) keeps its fingerprint."""
+    from ..servers import build_tiny_llama, start_vllm
+
+    _, oa = pair
+    same = OpenAIModel(vllm_server.url.replace("127.0.0.1", "localhost"), tokenizer=oa.tokenizer, served="tiny",
+                       dtype="float32")
+    assert same.fingerprint() == oa.fingerprint()
+    other_dir, _ = build_tiny_llama(tmp_path / "other", weights_seed=1)
+    other = start_vllm(other_dir, tmp_path, fresh=True)
+    try:
+        changed = OpenAIModel(other.url, tokenizer=oa.tokenizer, served="tiny", dtype="float32").check()
+        assert changed.server_identity()["served_model"] == "tiny"
+        assert changed.server_identity()["probe"] != oa.server_identity()["probe"]
+        assert changed.fingerprint() != oa.fingerprint()
+        assert changed.identity().digest() != oa.identity().digest()
+    finally:
+        other.stop()
