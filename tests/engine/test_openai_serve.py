@@ -15,18 +15,18 @@ from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.adapters.openai_model import OpenAIModel
 from evaldag.engine.benchmark import BENCHMARKS
 from evaldag.engine.planner import PlanError
-from evaldag.engine.requests import Generate, GenerationSettings
+from evaldag.engine.requests import Generate, GenerateText, GenerationSettings
 
-from ..servers import TOFU_TINY, serve_server, server_model  # noqa: F401 - fixtures
+from ..servers import TOFU_TINY
 
 
 @pytest.fixture(scope="module")
-def served(server_model, serve_server):  # noqa: F811
+def served(server_model, serve_server):
     mdir, tdir = server_model
     return OpenAIModel(serve_server.url + "/v1", tokenizer=str(tdir)).check()
 
 
-def test_generation_through_a_text_only_server_equals_hf(served, server_model):  # noqa: F811
+def test_generation_through_a_text_only_server_equals_hf(served, server_model):
     hf = HFModel(server_model[0], dtype="fp32", device="cpu")
     enc = hf.encoder()
     reqs = [Generate(tuple(enc.encode(t)), GenerationSettings(max_new_tokens=12))
@@ -36,6 +36,16 @@ def test_generation_through_a_text_only_server_equals_hf(served, server_model): 
     d = served.describe()
     assert (d["gen_mode"], d["logprob_mode"], d["tokenizer_checked"]) == ("text", "none", False)
     assert served.capabilities().kinds == frozenset({"generate", "generate_text"})
+
+
+def test_text_requests_go_to_the_server_as_text(served, server_model):
+    """GenerateText (the kind text backends serve): the prompt goes as is; the server adds its
+    bos, so the answer equals hf:'s greedy answer to the encoded prompt."""
+    hf = HFModel(server_model[0], dtype="fp32", device="cpu")
+    prompt = "Where was the author Dara Ilves born?"
+    want = hf.load().run_batch([Generate(tuple(hf.encoder().encode(prompt)), GenerationSettings(max_new_tokens=12))])
+    got = served.load().run_batch([GenerateText(prompt, GenerationSettings(max_new_tokens=12))])
+    assert got[0].text == want[0].text and len(got[0].token_ids) == 0
 
 
 def tofu(model_dir, model, metrics, cache):
@@ -48,7 +58,7 @@ def tofu(model_dir, model, metrics, cache):
     return run(nodes, {**resources, "model": model}, cache=cache, init_cache=True)
 
 
-def test_planner_refuses_token_statistics_then_fallback_serves_them(served, server_model, serve_server, tmp_path):  # noqa: F811
+def test_planner_refuses_token_statistics_then_fallback_serves_them(served, server_model, serve_server, tmp_path):
     mdir, tdir = server_model
     with pytest.raises(PlanError) as e:
         tofu(mdir, served, "forget_Q_A_Prob", tmp_path / "refused")

@@ -16,7 +16,6 @@ from evaldag.engine.adapters.openai_model import BackendError, OpenAIModel
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
 from ..conftest_models import TINY_LLAMA
-from ..servers import server_model, vllm_server  # noqa: F401 - fixtures
 
 TEXTS = ["Where was the author Dara Ilves born?", "Dara Ilves was born in the city of Cusco.",
          "The capital of France is", "One two three four five six seven eight nine ten",
@@ -24,7 +23,7 @@ TEXTS = ["Where was the author Dara Ilves born?", "Dara Ilves was born in the ci
 
 
 @pytest.fixture(scope="module")
-def pair(server_model, vllm_server):  # noqa: F811
+def pair(server_model, vllm_server):
     mdir, tdir = server_model
     hf = HFModel(mdir, dtype="fp32", device="cpu")
     oa = OpenAIModel(vllm_server.url + "/v1", tokenizer=str(tdir), served=vllm_server.served, dtype="float32")
@@ -73,7 +72,7 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent(pair):
     assert got[0].token_ids.tolist() != got[2].token_ids.tolist()
 
 
-def test_identity_is_stable_and_apart_from_hf(pair, vllm_server):  # noqa: F811
+def test_identity_is_stable_and_apart_from_hf(pair, vllm_server):
     hf, oa = pair
     again = OpenAIModel(vllm_server.url, tokenizer=oa.tokenizer, served=vllm_server.served, dtype="float32")
     assert again.fingerprint() == oa.fingerprint() != hf.fingerprint()
@@ -86,7 +85,7 @@ def test_identity_is_stable_and_apart_from_hf(pair, vllm_server):  # noqa: F811
     assert other_dtype.fingerprint() != oa.fingerprint()
 
 
-def test_the_server_did_the_work(pair, vllm_server, server_model):  # noqa: F811
+def test_the_server_did_the_work(pair, vllm_server, server_model):
     _, oa = pair
     mdir, tdir = server_model
     assert not any(p.suffix in (".safetensors", ".bin") for p in tdir.iterdir())
@@ -96,7 +95,7 @@ def test_the_server_did_the_work(pair, vllm_server, server_model):  # noqa: F811
     assert vllm_server.prompt_tokens() - before >= len(ids)
 
 
-def test_unknown_served_model_and_disagreeing_tokenizer(vllm_server, server_model):  # noqa: F811
+def test_unknown_served_model_and_disagreeing_tokenizer(vllm_server, server_model):
     _, tdir = server_model
     with pytest.raises(BackendError) as e:
         OpenAIModel(vllm_server.url, tokenizer=str(tdir), served="nope").check()
@@ -108,7 +107,7 @@ def test_unknown_served_model_and_disagreeing_tokenizer(vllm_server, server_mode
     assert "\n" not in msg
 
 
-def test_other_weights_behind_the_same_name_change_the_identity(pair, vllm_server, tmp_path):  # noqa: F811
+def test_other_weights_behind_the_same_name_change_the_identity(pair, vllm_server, tmp_path):
     """A second server on other weights, served under the same name ``tiny``: another probe,
     so another fingerprint and request-store key (the cache recomputes). The same server
     reached by another URL (as after a restart on another host name) keeps its fingerprint."""
