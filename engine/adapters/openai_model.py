@@ -25,7 +25,12 @@ import hashlib
 import json
 from typing import Any
 
+from pathlib import Path
+
 from ..backend import Capabilities, Identity, ModelResource
+from .hf import _ensure_pad
+from .hf_encoder import HFEncoder
+from .openai_adapter import OpenAIAdapter, server_capabilities
 from .openai_http import Client, ServerError
 
 PROBE_TEXT = "The capital of France is"
@@ -192,8 +197,6 @@ class OpenAIModel(ModelResource):
         return self._server  # type: ignore[return-value]
 
     def capabilities(self) -> Capabilities:
-        from .openai_adapter import server_capabilities
-
         return server_capabilities(self.server())
 
     def identity(self) -> Identity:
@@ -267,12 +270,7 @@ class OpenAIModel(ModelResource):
     # -- halves
     def encoder(self) -> Any:
         if self._encoder is None:
-            from pathlib import Path
-
-            from transformers import AutoTokenizer
-
-            from .hf import _ensure_pad
-            from .hf_encoder import HFEncoder
+            from transformers import AutoTokenizer  # heavy: only when a tokenizer is needed
 
             src = str(Path(self.tokenizer).expanduser()) if Path(self.tokenizer).expanduser().is_dir() else self.tokenizer
             tok = AutoTokenizer.from_pretrained(src)
@@ -282,8 +280,6 @@ class OpenAIModel(ModelResource):
 
     def load(self) -> Any:
         if self._adapter is None:
-            from .openai_adapter import OpenAIAdapter
-
             self._adapter = OpenAIAdapter(self.server(), self.encoder(), self.dtype)
         return self._adapter
 

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
+
+from ..backend import BACKEND_GROUP, Routed, backend_factory
+from .hf import HFModel
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
 
@@ -62,8 +66,6 @@ def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
     """The model resource a spec names (nothing loaded, nothing sent yet)."""
     fallback = qualifiers.pop("fallback", None)
     if fallback:
-        from ..backend import Routed
-
         fb_flag = "--fallback" if flag == "--model" else flag.replace("-model", "-fallback")
         return Routed(resolve(text, flag, **qualifiers), resolve(fallback, fb_flag))
     spec = parse(text, flag)
@@ -85,21 +87,13 @@ def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
 def _factory(scheme: str) -> Any:
     """The scheme's factory from the backend registry (``evaldag.backends``); ``hf`` is
     built in, so a bare path works whatever is installed."""
-    from ..backend import backend_factory
-
     try:
         return backend_factory(scheme)
     except KeyError:
         if scheme == "hf":
-            from .hf import HFModel
-
             return lambda target, **q: HFModel(target, **q)
         return None
 
 
 def _schemes() -> list[str]:
-    from importlib.metadata import entry_points
-
-    from ..backend import BACKEND_GROUP
-
     return sorted({"hf"} | {ep.name for ep in entry_points(group=BACKEND_GROUP)})
