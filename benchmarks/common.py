@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
 from ..engine.adapters.placement import parse_max_memory
@@ -43,6 +44,9 @@ class ModelOptions(BaseModel):
     device_map: Literal["auto", "balanced", "balanced_low_0", "sequential"] | None = None  # accelerate's placement
     max_memory: str | None = None  # with device_map: "0=20GiB,cpu=64GiB"
     attention_mask: Literal["reference", "padding"] = "reference"
+    # a server model's qualifiers per role ("model", "retain_model", "reference_model"):
+    # tokenizer, served_model, api_key_env, fallback (docs/servers.md)
+    backend_options: dict[str, dict[str, str]] = {}
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
 
@@ -82,7 +86,14 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return names, kw
 
 
+QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback")
+ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
+
 MODEL_FLAGS = (
+    _flag("--tokenizer", default=None, help="with --model openai:URL: the local tokenizer (DIR or hub id) that builds the prompts"),
+    _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
+    _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
+    _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
     _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
           help="weights dtype: auto (the checkpoint's own), bf16, fp16, fp32"),
     _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
@@ -97,6 +108,8 @@ MODEL_FLAGS = (
 RETAIN_FLAGS = (
     _flag("--retain-model", help="the retain model: forget quality and privleak are computed through the same graph and cache"),
     _flag("--reference-model", help="the reference model of the Reference MIA attack"),
+    *(_flag(f"--{role}-{q}", default=None, help=f"--{q} for --{role}-model")
+      for role in ("retain", "reference") for q in QUALIFIERS),
     _flag("--retain-logs", default=None, help="the retain model's <BENCH>_EVAL.json, or a folder holding one per benchmark"),
 )
 PROMPT_FLAGS = (
@@ -135,8 +148,20 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(model=getattr(args, "model", None), retain_model=getattr(args, "retain_model", None),
                 reference_model=getattr(args, "reference_model", None), dtype=args.dtype, device=args.device,
                 device_map=args.device_map, max_memory=args.max_memory,
-                attention_mask=args.attention_mask, template=prompt,
+                attention_mask=args.attention_mask, template=prompt, backend_options=backend_options(args),
                 joint_tokenization=getattr(args, "joint_tokenization", False))
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """The server qualifiers given, per role: ``{"model": {"tokenizer": ...}, "retain_model": {...}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for role in ROLES:
+        prefix = "" if role == "model" else role[: -len("_model")] + "_"
+        given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None) for q in QUALIFIERS}
+        given = {k: v for k, v in given.items() if v is not None}
+        if given:
+            out[role] = given
+    return out
 
 
 def bench_option(args: argparse.Namespace, bench: str, option: str) -> Any:
@@ -165,6 +190,15 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     checked first (:func:`check_model`): no weights load here."""
     if path is None:
         return None
+    role = next((r for r, f in ROLES.items() if f == flag), "model")
+    quals = dict(opts.backend_options.get(role, {}))
+    parsed = spec.parse(path, flag)
+    if parsed.scheme != "hf" or quals:
+        if parsed.scheme == "hf":
+            names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
+            raise ValueError(f"{names}: only for a server model ({flag} openai:URL), not {flag} {path}")
+        return spec.resolve(path, flag, **quals)
+    path = parsed.target
     check_model(path, opts, flag)
     return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
                    device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))

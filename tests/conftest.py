@@ -25,3 +25,8 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("EVALDAG_CACHE_DIR", str(d))
     return d
+
+
+# The real-server fixtures (vLLM, transformers serve, their model), defined once here so that
+# a session starts each server once for every test module that uses it.
+from tests.servers import serve_server, server_model, vllm_server  # noqa: E402,F401

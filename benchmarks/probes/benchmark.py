@@ -51,13 +51,20 @@ class ProbesBenchmark(Benchmark):
     description = "GenderBench 1.1.0 generation probes (Direct, JobsLum, RelationshipLevy, DiscriminationTamkin, Bbq, Isear, Inventories)"
     Config = ProbesConfig
     metadata = {"licence": LICENCES, "reference": "GenderBench 1.1.0 (MIT, Pikuliak et al.)"}
-    resource_flags = {"model": "--generator hf:DIR or replay:FILE"}
+    resource_flags = {"model": "--model hf:DIR, openai:URL or replay:FILE"}
+    takes_model = True  # --model (the generator: DIR or hf:DIR, openai:URL, replay:FILE) is the CLI's
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group("probes")
         g.add_argument("--probes", default=None, help=f"probes: comma-separated from {', '.join(PROBES)}, or 'all' "
                        f"(default: those whose data ships, {','.join(SHIPPED)})")
-        g.add_argument("--generator", default=None, help="hf:DIR (a local checkpoint) or replay:FILE (JSONL of prompt_text, repetition_id, answer; gzip ok)")
+        g.add_argument("--generator", default=None, help="the same as --model (kept as an alias)")
+        for flag, hint in (("--tokenizer", "with openai:URL: the local tokenizer"), ("--served-model", "with openai:URL: the served model"),
+                           ("--api-key-env", "with openai:URL: the key's variable"), ("--fallback", "with openai:URL: hf:DIR")):
+            try:  # --model itself is the CLI's (takes_model): DIR or hf:DIR, openai:URL or replay:FILE
+                g.add_argument(flag, default=None, help=hint)
+            except argparse.ArgumentError:  # declared already by another benchmark of this command
+                pass
         g.add_argument("--probe-data", default=None, help="folder in GenderBench's resources/ layout for data evaldag does not ship (isear, jobs_lum, inventories)")
         g.add_argument("--num-repetitions", type=int, default=None, help="attempts per prompt (default: GenderBench's harness setting per probe)")
         g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
@@ -77,8 +84,14 @@ class ProbesBenchmark(Benchmark):
     def config_from_args(self, args: argparse.Namespace) -> ProbesConfig:
         probes = getattr(args, "probes", None)
         names = tuple(PROBES) if probes == "all" else tuple(x.strip() for x in probes.split(",") if x.strip()) if probes else SHIPPED
+        model = getattr(args, "model", None)
+        model = model[0] if isinstance(model, list) and len(model) == 1 else model
+        if args.generator and model and args.generator != model:
+            raise ValueError("probes: give --model or --generator (its alias), not both")
+        quals = {k: getattr(args, k, None) for k in ("tokenizer", "served_model", "api_key_env", "fallback")}
         return ProbesConfig(
-            probes=names, generator=args.generator, probe_data=args.probe_data, num_repetitions=args.num_repetitions,
+            backend_options={k: v for k, v in quals.items() if v is not None},
+            probes=names, generator=args.generator or model, probe_data=args.probe_data, num_repetitions=args.num_repetitions,
             sample_k=args.sample_k, seed=args.seed, calculate_cis=not args.no_cis, bootstrap_cycles=args.bootstrap_cycles,
             bootstrap_mode=args.bootstrap_mode, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
             temperature=args.temperature, top_p=args.top_p, chat_template=not args.no_chat_template,
@@ -92,9 +105,10 @@ class ProbesBenchmark(Benchmark):
 
     def build(self, config: ProbesConfig) -> tuple[list[Node], dict[str, Any]]:
         if not config.generator:
-            raise ValueError("probes needs --generator hf:DIR or replay:FILE")
+            raise ValueError("probes needs --model hf:DIR, openai:URL or replay:FILE")
         check_generator(config)
-        return spec.nodes(config), {"model": from_spec(config.generator, dtype=config.dtype, device=config.device)}
+        return spec.nodes(config), {"model": from_spec(config.generator, dtype=config.dtype, device=config.device,
+                                                       **config.backend_options)}
 
     def write_outputs(self, result: Any, out_dir: str | os.PathLike, config: ProbesConfig) -> list[Path]:
         return spec.write_outputs(result, out_dir, config)

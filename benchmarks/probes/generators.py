@@ -229,13 +229,16 @@ class CallableAdapter(ModelAdapter):
         return [GenerateResult(_EMPTY, a) for a in answers]
 
 
-def from_spec(spec: str, *, dtype: str = "auto", device: str = "auto") -> Any:
-    """``hf:DIR`` or ``replay:FILE`` -> a model resource."""
-    kind, _, rest = spec.partition(":")
-    if kind == "replay" and rest:
-        return ReplayModel(rest)
-    if kind == "hf" and rest:
+def from_spec(spec: str, *, dtype: str = "auto", device: str = "auto", **qualifiers: Any) -> Any:
+    """A generator spec -> a model resource: ``DIR`` or ``hf:DIR``, ``openai:URL`` (with its
+    qualifiers), ``replay:FILE``, or any scheme in the ``evaldag.backends`` group."""
+    from ...engine.adapters import spec as specs
+
+    parsed = specs.parse(spec, "--model")
+    if parsed.scheme == "replay":
+        return ReplayModel(parsed.target)
+    if parsed.scheme == "hf" and not qualifiers:
         from ...engine.adapters.hf import HFModel  # torch/transformers load only for hf: generators
 
-        return HFModel(rest, dtype=dtype, device=device)
-    raise ValueError(f"--generator must be hf:DIR or replay:FILE, not {spec!r}")
+        return HFModel(parsed.target, dtype=dtype, device=device)
+    return specs.resolve(spec, "--model", **qualifiers)

@@ -55,6 +55,7 @@ class ProbesConfig(BaseModel):
     options: dict[str, dict[str, Any]] = {}  # probe -> its own keyword arguments (e.g. template)
     dtype: str = "auto"
     device: str = "auto"
+    backend_options: dict = {}  # a server generator's qualifiers: tokenizer, served_model, api_key_env, fallback
 
     @field_validator("probes")
     @classmethod
