@@ -13,7 +13,7 @@ from evaldag.engine import run
 from evaldag.engine.adapters import spec
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.adapters.openai_model import OpenAIModel
-from evaldag.engine.benchmark import BENCHMARKS
+from evaldag.engine.registry import BENCHMARKS
 from evaldag.engine.planner import PlanError
 from evaldag.engine.requests import Generate, GenerateText, GenerationSettings
 
@@ -52,6 +52,7 @@ def tofu(model_dir, model, metrics, cache):
     bench = BENCHMARKS.get("tofu")
     p = argparse.ArgumentParser(conflict_handler="resolve")
     bench.add_arguments(p)
+    p.add_argument("--model")  # the CLI owns --model (engine/cli/models.py); a run sees one string
     args = p.parse_args(["--model", str(model_dir), "--tofu-data", str(TOFU_TINY), "--max-new-tokens", "8"])
     args.metrics, args.benchmarks = metrics, ["tofu"]
     nodes, resources = bench.build(bench.config_from_args(args))
