@@ -235,8 +235,7 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
     p = Path(path).expanduser()
     if p.is_dir():
         return p
-    if path.startswith((".", "/", "~")) or path.count("/") > 1:  # a path, not an org/name hub id
-        raise ValueError(f"{flag} {path}: no such checkpoint folder")
+    spec.check_path(path, flag)  # a path, not an org/name hub id: "no such folder"
     from huggingface_hub import try_to_load_from_cache  # only for hub ids
 
     cached = try_to_load_from_cache(path, "config.json")
