@@ -11,6 +11,7 @@ its flags (:meth:`UnlearningBenchmark.add_own_arguments`), its config fields
 from __future__ import annotations
 
 import argparse
+import sys
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -79,6 +80,11 @@ class UnlearningBenchmark(Benchmark):
             logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
             resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))
         resources.update(common.model_resources(cfg))
+        if cfg.retain_model and not cfg.reference_model and "mia_reference" in cfg.metrics:
+            # the demo's choice, said aloud: the retain model is the natural reference
+            print("evaldag: note: --reference-model not given: the Reference attack (mia_reference) uses "
+                  f"--retain-model {cfg.retain_model}", file=sys.stderr)
+            resources["reference_model"] = common.hf_model(cfg.retain_model, cfg, "--retain-model")
         return self.spec.nodes(cfg.metrics, self.graph_config(cfg)), resources
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
