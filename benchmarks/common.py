@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -227,6 +228,10 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
+        if opts.attention_mask == "reference" and bos_is_eos_without_pad(folder):
+            print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
+                  "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
+                  "masks only padding (docs/gotchas.md)", file=sys.stderr)
     check_device(opts.device)
 
 
@@ -246,6 +251,23 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
         raise ValueError(f"{flag} {path}: not a local folder, and not in the Hugging Face cache (offline: "
                          "HF_HUB_OFFLINE is set); give a checkpoint folder")
     return None
+
+
+def bos_is_eos_without_pad(folder: Path) -> bool:
+    """The GPT-2 shape docs/gotchas.md warns about: no pad token (so pad = eos) and bos == eos,
+    read from the tokenizer files alone (nothing loaded)."""
+    tokens: dict[str, Any] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        for key in ("pad_token", "bos_token", "eos_token"):
+            value = data.get(key) if isinstance(data, dict) else None
+            value = value.get("content") if isinstance(value, dict) else value
+            if value is not None:
+                tokens.setdefault(key, value)
+    return "pad_token" not in tokens and tokens.get("bos_token") is not None and tokens.get("bos_token") == tokens.get("eos_token")
 
 
 def has_chat_template(folder: Path) -> bool:

@@ -110,3 +110,28 @@ def test_the_truth_ratio_histogram_says_which_aggregation_the_legend_and_the_tab
         "The legend's mean is the plain mean of the per-item ratios drawn" in page
     assert (f"table: forget_truth_ratio = {evaluated['agg_value']:.4g}: mean of min(tr, 1/tr) (closer_to_1_better)"
             in page), page[:2000]
+
+
+# ---------------------------------------------------------------------- item 4: a GPT-2-shaped tokenizer
+def test_a_tokenizer_without_pad_whose_bos_is_its_eos_gets_one_warning_pointing_to_the_option(tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "gpt2ish"
+    shutil.copytree(TARGET, model)
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        data = json.loads((model / name).read_text())
+        data.pop("pad_token", None)
+        data["bos_token"] = data["eos_token"] = "<|endoftext|>"
+        (model / name).write_text(json.dumps(data))
+    code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--quiet")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warned = [x for x in err.splitlines() if "bos equals its eos" in x]
+    assert warned == [f"evaldag: warning: --model {model}: the tokenizer has no pad token and its bos equals its eos, "
+                      "so the default masking also hides real bos/eos tokens and changes scores; --attention-mask "
+                      "padding masks only padding (docs/gotchas.md)"], err
+    code = cli.main(["run", "tofu", "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob",
+                     "--attention-mask", "padding", "--quiet", "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 0 and "bos equals its eos" not in capsys.readouterr().err
+    code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--quiet")
+    assert code == 0 and "bos equals its eos" not in capsys.readouterr().err
