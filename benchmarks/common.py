@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
+from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
 from ..engine.registry import BENCHMARKS
 from .template_args import load_template_args
@@ -91,7 +92,8 @@ QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback")
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 
 MODEL_FLAGS = (
-    _flag("--tokenizer", default=None, help="with --model openai:URL: the local tokenizer (DIR or hub id) that builds the prompts"),
+    _flag("--tokenizer", default=None, help="the tokenizer (DIR or hub id) when --model's folder has none (open-unlearning's "
+          "tokenizer_args); with --model openai:URL: the local tokenizer that builds the prompts"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
@@ -194,13 +196,17 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     role = next((r for r, f in ROLES.items() if f == flag), "model")
     quals = dict(opts.backend_options.get(role, {}))
     parsed = spec.parse(path, flag)
+    tokenizer = quals.pop("tokenizer", None) if parsed.scheme == "hf" else None
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
             names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
             raise ValueError(f"{names}: only for a server model ({flag} openai:URL), not {flag} {path}")
         return spec.resolve(path, flag, **quals)
     path = parsed.target
-    check_model(path, opts, flag)
+    check_model(path, opts, flag, tokenizer)
+    if tokenizer:  # open-unlearning's tokenizer_args: part of the fingerprint
+        return HFModelTokenizer(path, tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                                device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
     return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
                    device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
 
@@ -217,7 +223,7 @@ def model_resources(opts: ModelOptions) -> dict[str, Any]:
     return out
 
 
-def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
+def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer: str | None = None) -> None:
     """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
     cache when offline), its tokenizer has a chat template when the prompt needs one, and
     the device exists. Each problem is one ValueError naming the flag and the value."""
@@ -225,6 +231,11 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
     if folder is not None:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")
+        if tokenizer is None and Path(path).expanduser().is_dir() and not has_tokenizer(folder):
+            qualifier = "--tokenizer" if flag == "--model" else flag.removesuffix("model") + "tokenizer"
+            raise ValueError(f"{flag} {path}: no tokenizer in {path}; pass {qualifier} DIR|ID")
+        if tokenizer is not None:
+            folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer" if flag != "--model" else "--tokenizer") or folder
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
@@ -251,6 +262,12 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
         raise ValueError(f"{flag} {path}: not a local folder, and not in the Hugging Face cache (offline: "
                          "HF_HUB_OFFLINE is set); give a checkpoint folder")
     return None
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
+    names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")
+    return any((folder / n).is_file() for n in names) or any(folder.glob("*.model"))
 
 
 def bos_is_eos_without_pad(folder: Path) -> bool:

@@ -135,3 +135,39 @@ def test_a_tokenizer_without_pad_whose_bos_is_its_eos_gets_one_warning_pointing_
     assert code == 0 and "bos equals its eos" not in capsys.readouterr().err
     code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--quiet")
     assert code == 0 and "bos equals its eos" not in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_tokenizer_is_refused_up_front_and_tokenizer_supplies_one(tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "bare"
+    shutil.copytree(TARGET, model)
+    for p in list(model.iterdir()):
+        if p.name.startswith(("tokenizer", "special_tokens")):
+            p.unlink()
+    code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob")
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"evaldag: error: --model {model}: no tokenizer in {model}; pass --tokenizer DIR|ID\n", err
+    assert not (tmp_path / "o").exists()
+    code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--retain-model", str(model), "--metrics", "forget_quality")
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"evaldag: error: --retain-model {model}: no tokenizer in {model}; pass --retain-tokenizer DIR|ID\n", err
+    code = run(tmp_path, "--model", str(model), "--tokenizer", str(TARGET), "--data", str(DATA),
+               "--metrics", "forget_Q_A_Prob", "--quiet")
+    assert code == 0, capsys.readouterr().err
+    with_tok = json.loads((tmp_path / "o" / "TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]
+    code = cli.main(["run", "tofu", "--model", str(TARGET), "--data", str(DATA), "--metrics", "forget_Q_A_Prob",
+                     "--quiet", "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 0
+    same = json.loads((tmp_path / "o2" / "TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]
+    assert with_tok["agg_value"] == pytest.approx(same["agg_value"], rel=1e-6)  # the same weights and tokenizer
+    from evaldag.engine.adapters.hf import HFModel
+    from evaldag.engine.adapters.hf_tokenizer import HFModelTokenizer
+
+    other = tmp_path / "tok2"
+    shutil.copytree(TARGET, other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 64}))
+    fps = [HFModel(model).fingerprint(), HFModelTokenizer(model, str(TARGET)).fingerprint(),
+           HFModelTokenizer(model, str(RETAIN)).fingerprint(), HFModelTokenizer(model, str(other)).fingerprint()]
+    assert len(set(fps)) == 3 and fps[1] == fps[2]  # the tokenizer files' hashes are in the fingerprint
