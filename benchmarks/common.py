@@ -264,6 +264,16 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
     return None
 
 
+def tokenizer_files(path: str | None, tokenizer: str | None = None) -> dict[str, int] | None:
+    """The vocabulary files of a local model's tokenizer (``--tokenizer`` when given), name ->
+    size and bytes hashed cheaply; None when it is not a local folder (nothing to compare)."""
+    folder = Path(tokenizer or path or "").expanduser()
+    if not (tokenizer or path) or not folder.is_dir():
+        return None
+    names = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
+    return {n: hash((folder / n).read_bytes()) for n in names if (folder / n).is_file()}
+
+
 def has_tokenizer(folder: Path) -> bool:
     """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
     names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")

@@ -171,3 +171,23 @@ def test_a_checkpoint_without_tokenizer_is_refused_up_front_and_tokenizer_suppli
     fps = [HFModel(model).fingerprint(), HFModelTokenizer(model, str(TARGET)).fingerprint(),
            HFModelTokenizer(model, str(RETAIN)).fingerprint(), HFModelTokenizer(model, str(other)).fingerprint()]
     assert len(set(fps)) == 3 and fps[1] == fps[2]  # the tokenizer files' hashes are in the fingerprint
+
+
+def test_a_side_model_with_another_tokenizer_gets_one_warning_naming_the_metrics(tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(RETAIN, other)
+    special = json.loads((other / "special_tokens_map.json").read_text())
+    special["additional_special_tokens"] = list(reversed(special["additional_special_tokens"]))
+    (other / "special_tokens_map.json").write_text(json.dumps(special))
+    code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--retain-model", str(other),
+               "--metrics", "forget_quality,mia_reference", "--quiet")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warned = [x for x in err.splitlines() if "different tokenizer" in x]
+    assert warned == [f"evaldag: warning: --retain-model {other} has a different tokenizer than --model {TARGET}: "
+                      "forget_quality, mia_reference then compare scores computed on different tokenizations"], err
+    code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--retain-model", str(RETAIN),
+               "--metrics", "forget_quality", "--quiet")
+    assert code == 0 and "different tokenizer" not in capsys.readouterr().err
