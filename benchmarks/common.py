@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel
+from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
 from ..engine.registry import BENCHMARKS
 from .template_args import load_template_args
@@ -90,7 +92,8 @@ QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback")
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 
 MODEL_FLAGS = (
-    _flag("--tokenizer", default=None, help="with --model openai:URL: the local tokenizer (DIR or hub id) that builds the prompts"),
+    _flag("--tokenizer", default=None, help="the tokenizer (DIR or hub id) when --model's folder has none (open-unlearning's "
+          "tokenizer_args); with --model openai:URL: the local tokenizer that builds the prompts"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
@@ -193,13 +196,17 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     role = next((r for r, f in ROLES.items() if f == flag), "model")
     quals = dict(opts.backend_options.get(role, {}))
     parsed = spec.parse(path, flag)
+    tokenizer = quals.pop("tokenizer", None) if parsed.scheme == "hf" else None
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
             names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
             raise ValueError(f"{names}: only for a server model ({flag} openai:URL), not {flag} {path}")
         return spec.resolve(path, flag, **quals)
     path = parsed.target
-    check_model(path, opts, flag)
+    check_model(path, opts, flag, tokenizer)
+    if tokenizer:  # open-unlearning's tokenizer_args: part of the fingerprint
+        return HFModelTokenizer(path, tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                                device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
     return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
                    device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
 
@@ -216,7 +223,7 @@ def model_resources(opts: ModelOptions) -> dict[str, Any]:
     return out
 
 
-def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
+def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer: str | None = None) -> None:
     """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
     cache when offline), its tokenizer has a chat template when the prompt needs one, and
     the device exists. Each problem is one ValueError naming the flag and the value."""
@@ -224,9 +231,18 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model") -> None:
     if folder is not None:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")
+        if tokenizer is None and Path(path).expanduser().is_dir() and not has_tokenizer(folder):
+            qualifier = "--tokenizer" if flag == "--model" else flag.removesuffix("model") + "tokenizer"
+            raise ValueError(f"{flag} {path}: no tokenizer in {path}; pass {qualifier} DIR|ID")
+        if tokenizer is not None:
+            folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer" if flag != "--model" else "--tokenizer") or folder
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
+        if opts.attention_mask == "reference" and bos_is_eos_without_pad(folder):
+            print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
+                  "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
+                  "masks only padding (docs/gotchas.md)", file=sys.stderr)
     check_device(opts.device)
 
 
@@ -235,8 +251,7 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
     p = Path(path).expanduser()
     if p.is_dir():
         return p
-    if path.startswith((".", "/", "~")) or path.count("/") > 1:  # a path, not an org/name hub id
-        raise ValueError(f"{flag} {path}: no such checkpoint folder")
+    spec.check_path(path, flag)  # a path, not an org/name hub id: "no such folder"
     from huggingface_hub import try_to_load_from_cache  # only for hub ids
 
     cached = try_to_load_from_cache(path, "config.json")
@@ -247,6 +262,39 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
         raise ValueError(f"{flag} {path}: not a local folder, and not in the Hugging Face cache (offline: "
                          "HF_HUB_OFFLINE is set); give a checkpoint folder")
     return None
+
+
+def tokenizer_files(path: str | None, tokenizer: str | None = None) -> dict[str, int] | None:
+    """The vocabulary files of a local model's tokenizer (``--tokenizer`` when given), name ->
+    size and bytes hashed cheaply; None when it is not a local folder (nothing to compare)."""
+    folder = Path(tokenizer or path or "").expanduser()
+    if not (tokenizer or path) or not folder.is_dir():
+        return None
+    names = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
+    return {n: hash((folder / n).read_bytes()) for n in names if (folder / n).is_file()}
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
+    names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")
+    return any((folder / n).is_file() for n in names) or any(folder.glob("*.model"))
+
+
+def bos_is_eos_without_pad(folder: Path) -> bool:
+    """The GPT-2 shape docs/gotchas.md warns about: no pad token (so pad = eos) and bos == eos,
+    read from the tokenizer files alone (nothing loaded)."""
+    tokens: dict[str, Any] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        for key in ("pad_token", "bos_token", "eos_token"):
+            value = data.get(key) if isinstance(data, dict) else None
+            value = value.get("content") if isinstance(value, dict) else value
+            if value is not None:
+                tokens.setdefault(key, value)
+    return "pad_token" not in tokens and tokens.get("bos_token") is not None and tokens.get("bos_token") == tokens.get("eos_token")
 
 
 def has_chat_template(folder: Path) -> bool:

@@ -232,9 +232,18 @@ class Graph:
                 need.setdefault(res, []).append(v.label)
         return need
 
+    def _metrics_of(self, labels: list[str]) -> list[str]:
+        """The named metrics (what the user asked for: ``mia_reference``) that read through the
+        vertices ``labels``, rather than internal nodes like ``qa_stats[6d8a98]``; the labels
+        themselves when no named vertex depends on them."""
+        keys = [v.key for v in self.order() if v.label in labels]
+        reach = set(keys).union(*(nx.descendants(self.nx, k) for k in keys))
+        named = [v.label for v in self.order() if v.key in reach and v.names]
+        return named or labels
+
     # ------------------------------------------------------------------ fingerprints
     def check_resources(self, resources: Any) -> None:
-        missing = {r: who for r, who in self.required_resources().items() if not resources.has(r)}
+        missing = {r: self._metrics_of(who) for r, who in self.required_resources().items() if not resources.has(r)}
         if missing:
             lines = [f"{r!r} (needed by {', '.join(who[:5])}{' …' if len(who) > 5 else ''})" for r, who in sorted(missing.items())]
             raise GraphError("missing resource(s): " + "; ".join(lines))

@@ -11,6 +11,7 @@ its flags (:meth:`UnlearningBenchmark.add_own_arguments`), its config fields
 from __future__ import annotations
 
 import argparse
+import sys
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -79,7 +80,31 @@ class UnlearningBenchmark(Benchmark):
             logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
             resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))
         resources.update(common.model_resources(cfg))
+        if cfg.retain_model and not cfg.reference_model and "mia_reference" in cfg.metrics:
+            # the demo's choice, said aloud: the retain model is the natural reference
+            print("evaldag: note: --reference-model not given: the Reference attack (mia_reference) uses "
+                  f"--retain-model {cfg.retain_model}", file=sys.stderr)
+            resources["reference_model"] = common.hf_model(cfg.retain_model, cfg, "--retain-model")
+        self._warn_tokenizers(cfg)
         return self.spec.nodes(cfg.metrics, self.graph_config(cfg)), resources
+
+    def _warn_tokenizers(self, cfg: Any) -> None:
+        """One line per side model whose tokenizer differs from --model's, naming the metrics
+        that then compare scores computed on different tokenizations."""
+        ref = cfg.reference_model or cfg.retain_model
+        sides = [("--retain-model", cfg.retain_model, "retain_model", ("forget_quality", "privleak")),
+                 ("--reference-model" if cfg.reference_model else "--retain-model", ref, "reference_model", ("mia_reference",))]
+        mine = common.tokenizer_files(cfg.model, cfg.backend_options.get("model", {}).get("tokenizer"))
+        warned: dict[str, list[str]] = {}
+        for flag, path, role, metrics in sides:
+            names = [m for m in metrics if m in cfg.metrics]
+            theirs = common.tokenizer_files(path, cfg.backend_options.get(role, {}).get("tokenizer"))
+            if names and mine is not None and theirs is not None and theirs != mine:
+                warned.setdefault(f"{flag} {path}", []).extend(names)
+        for side, names in warned.items():
+            verb = "compares" if len(names) == 1 else "compare"
+            print(f"evaldag: warning: {side} has a different tokenizer than --model {cfg.model}: {', '.join(names)} "
+                  f"then {verb} scores computed on different tokenizations", file=sys.stderr)
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

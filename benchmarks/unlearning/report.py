@@ -19,7 +19,9 @@ from ...engine.render.report_html import RunFolder, Section
 _PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
 
 PLOT_TITLES = {
-    "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget."),
+    "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget. "
+                    "The legend's mean is the plain mean of the per-item ratios drawn (geometric on a log axis); "
+                    "the table's value aggregates the same items as open-unlearning does, so the two differ."),
     "roc": ("Membership inference", "ROC of each attack's per-item scores: forget items are members, holdout items "
             "non-members, a higher score says non-member. AUC near 0.5: the attack cannot tell forget from holdout."),
     "prob": ("Answer probability", "Length-normalised probability of the gold answer, per item."),
@@ -52,6 +54,17 @@ def mia_curves(evals: dict) -> tuple[list, list[str]]:
     return curves, notes
 
 
+#: how the table's value aggregates the per-item truth ratios (``tofu/spec.py``'s aggregators)
+TR_AGGREGATION = {"forget": "mean of min(tr, 1/tr) (closer_to_1_better)", "retain": "mean of max(0, 1 - tr) (true_better)"}
+
+
+def _table_values(evals: dict, names: list[str]) -> str:
+    """Beside the histogram: each series' table value and the aggregation that made it."""
+    parts = [f"{n} = {evals[n]['agg_value']:.4g}: {TR_AGGREGATION[guess_split(n)]}" for n in names
+             if isinstance(evals[n].get("agg_value"), (int, float)) and guess_split(n) in TR_AGGREGATION]
+    return f'<p class="ed-muted">table: {escape("; ".join(parts))}</p>' if parts else ""
+
+
 def plot_cards(run: RunFolder) -> dict[str, list[str]]:
     """Plot kind -> SVG cards for one run (a kind is missing when its data is)."""
     cards: dict[str, list[str]] = {}
@@ -62,7 +75,7 @@ def plot_cards(run: RunFolder) -> dict[str, list[str]]:
         svg = histogram_svg(tr, title=f"{prefix}: truth ratio, forget vs retain", xlabel="truth ratio (per item)",
                             kind="truth-ratio")
         if svg:
-            cards.setdefault("truth-ratio", []).append(svg)
+            cards.setdefault("truth-ratio", []).append(svg + _table_values(evals, [n for n, _ in tr]))
         curves, notes = mia_curves(evals)
         svg = roc_svg(curves, title=f"{prefix}: membership inference ROC")
         if svg:

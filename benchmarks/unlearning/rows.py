@@ -21,6 +21,7 @@ from typing import Annotated, Any, Iterable
 
 from pydantic import AfterValidator, BaseModel, StrictStr, ValidationError
 
+from ...engine.adapters.spec import path_shaped
 from ..textfile import BOM, DataError, decode_utf8
 
 SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -136,12 +137,16 @@ def validate_rows(records: Iterable[dict], model: type[BaseModel], origin: str) 
     return out
 
 
-def load_records(source: str | Path, stem: str, hub_name: str | None, hub_split: str) -> tuple[list[dict], str]:
-    """Records and their origin: a local folder's ``<stem>.*`` file, else a Hub dataset."""
+def load_records(source: str | Path, stem: str, hub_name: str | None, hub_split: str,
+                 flag: str = "--data") -> tuple[list[dict], str]:
+    """Records and their origin: a local folder's ``<stem>.*`` file, else a Hub dataset
+    (a path-shaped source that does not exist is "no such folder", never a hub lookup)."""
     if Path(source).is_dir():
         path = find_subset_file(source, stem)
         return read_records(path), str(path)
     if Path(source).exists():
         raise DataError(f"{source}: expected a folder holding {stem}.json (or .jsonl/.parquet), got a file")
+    if path_shaped(str(source)):
+        raise DataError(f"{flag} {source}: no such folder: {source}")
     origin = f"{source} (hub, name={hub_name}, split={hub_split})"
     return read_hub(str(source), hub_name, hub_split), origin

@@ -50,6 +50,25 @@ def has_scheme(text: str) -> bool:
     return bool(m) and not m.group(2).startswith("\\")
 
 
+def path_shaped(text: str) -> bool:
+    """Whether ``text`` can only be a local path, never a hub id: it ends in ``/``, starts
+    with ``.``, ``/`` or ``~``, or holds a separator other than the hub's one ``/`` between
+    owner and name. A missing one is then "no such folder", not the hub's repo-id rules."""
+    import os
+
+    seps = {os.sep, os.altsep or "/"} - {"/"}
+    return (text.endswith(("/", os.sep)) or text.startswith((".", "/", "~")) or text.count("/") > 1
+            or any(s in text for s in seps))
+
+
+def check_path(text: str, flag: str) -> None:
+    """A path-shaped ``text`` that does not exist is one line naming the flag (:func:`path_shaped`)."""
+    from pathlib import Path
+
+    if path_shaped(text) and not Path(text).expanduser().exists():
+        raise SpecError(f"{flag} {text}: no such folder: {text}")
+
+
 def parse(text: str, flag: str = "--model") -> Spec:
     text = str(text).strip()
     if not text:

@@ -33,6 +33,7 @@ def print_run(result: RunResult, out: Path | None = None) -> None:
             val = result.value(f"{g}/{name}" if g else name) if rec.status in ("computed", "cached") else None
             agg = val.agg_value if isinstance(val, Result) else val
             blank = agg is None or (isinstance(agg, float) and math.isnan(agg))  # a NaN row says why
+            blank = blank or (agg == 0 and not isinstance(agg, bool))  # so does a collapsed aggregate
             noted = isinstance(val, Result) and bool(val.reason) and (blank or val.reason.startswith(NONFINITE))
             why = f"  ({val.reason})" if noted else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")

@@ -43,16 +43,21 @@ def harmonic_mean(values: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
         raise ValueError("harmonic mean of no values")
     missing = [k for k, v in named if v is None or math.isnan(float(v))]
     if missing:
-        return {"agg_value": float("nan"), "reason": f"inputs without a value: {missing}"}
+        return {"agg_value": float("nan"), "reason": f"NaN because {_names(missing)} {'has' if len(missing) == 1 else 'have'} no value"}
     negative = [k for k, v in named if float(v) < 0]
     if negative:
         raise ValueError(f"harmonic mean needs non-negative values; negative: {negative}")
     nums = [float(v) for _, v in named]
-    if any(v == 0.0 for v in nums):
-        return {"agg_value": 0.0}
+    zeros = [k for k, v in named if float(v) == 0.0]
+    if zeros:  # the aggregate names the input that collapsed it (a bare 0 looks like a bug)
+        return {"agg_value": 0.0, "reason": f"0 because {_names(zeros)} {'is' if len(zeros) == 1 else 'are'} 0"}
     from scipy.stats import hmean  # imported here: scipy.stats costs ~0.5 s at start-up
 
     return {"agg_value": float(hmean(nums))}
+
+
+def _names(keys: list[str]) -> str:
+    return ", ".join(keys)
 
 
 def model_utility(parts: Mapping[str, Any]) -> dict[str, Any]:
