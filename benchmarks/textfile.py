@@ -11,6 +11,7 @@ line: file, line, column, the offending byte, and (for one-record-per-line files
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 BOM = b"\xef\xbb\xbf"
@@ -63,3 +64,16 @@ def read_utf8(path: str | Path, *, rows: bool = False) -> str:
     if path.suffix == ".gz":
         data = gzip.decompress(data)
     return decode_utf8(data, str(path), rows=rows)
+
+
+def json_lines(text: str, origin: str | Path) -> list:
+    """One JSON value per non-blank line of ``text``; a bad line is a ``ValueError`` naming
+    ``origin`` and the line (the probes' and the edits' JSON-lines files read alike)."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError(f"{origin}:{n}: not JSON ({e})") from None
+    return rows

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ...metrics.editing.prompts import check_edit
-from ..textfile import read_utf8
+from ..textfile import json_lines, read_utf8
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_EDITS = HERE / "data" / "edits.json"
@@ -32,15 +32,7 @@ def _read_rows(path: Path) -> list:
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
     except ValueError:
-        pass
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
-    return rows
+        return json_lines(text, path)
 
 
 def _target(x: object) -> object:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 from pathlib import Path
 from typing import Iterable
 
-from ..textfile import decode_utf8, read_utf8
+from ..textfile import decode_utf8, json_lines, read_utf8
 
 PACKAGE_DATA = Path(__file__).with_name("data")
 
@@ -68,14 +67,7 @@ def read_text(path: Path) -> str:
 
 def read_jsonl(path: Path) -> list[dict]:
     """One JSON value per non-blank line; a bad line is a ``ValueError`` naming file and line."""
-    rows = []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
-    return rows
+    return json_lines(read_text(path), path)
 
 
 def digest(paths: Iterable[Path]) -> str:

@@ -163,11 +163,7 @@ class OpenAIAdapter(ModelAdapter):
 
     def _generate_call(self, reqs: list[Generate]) -> list[GenerateResult]:
         s = reqs[0].settings
-        body: dict[str, Any] = {"max_tokens": s.max_new_tokens, "temperature": s.temperature if s.do_sample else 0}
-        if s.do_sample:
-            body.update(seed=int(s.seed), top_p=s.top_p)
-        if s.stop_strings:
-            body.update(stop=list(s.stop_strings), include_stop_str_in_output=True)
+        body = _sampling_body(s)
         if self.server.gen_mode == "chat":
             body["messages"] = [{"role": "user", "content": self._text(reqs[0].prompt_ids)}]
             answer = self.server.post_chat(body)
@@ -190,11 +186,7 @@ class OpenAIAdapter(ModelAdapter):
         """A prompt given as text (``GenerateText``): the chat endpoint's user turn, or the
         completion prompt as is; the text comes back as the server wrote it."""
         s = r.settings
-        body: dict[str, Any] = {"max_tokens": s.max_new_tokens, "temperature": s.temperature if s.do_sample else 0}
-        if s.do_sample:
-            body.update(seed=int(s.seed), top_p=s.top_p)
-        if s.stop_strings:
-            body.update(stop=list(s.stop_strings), include_stop_str_in_output=True)
+        body = _sampling_body(s)
         if self.server.gen_mode == "chat":
             answer = self.server.post_chat({**body, "messages": [{"role": "user", "content": r.prompt}]})
             text = (answer.get("choices") or [{}])[0].get("message", {}).get("content") or ""
@@ -235,3 +227,14 @@ def _token_id(token: str, encoder: Any) -> int:
         return int(token.split(":", 1)[1])
     ids = encoder.encode(token, add_special_tokens=False)
     return int(ids[0]) if len(ids) == 1 else -1
+
+
+def _sampling_body(s: Any) -> dict[str, Any]:
+    """The request body's generation settings: greedy is temperature 0; sampling sends its seed
+    and top-p; stop strings stay in the text (vLLM drops them otherwise) so they are cut locally."""
+    body: dict[str, Any] = {"max_tokens": s.max_new_tokens, "temperature": s.temperature if s.do_sample else 0}
+    if s.do_sample:
+        body.update(seed=int(s.seed), top_p=s.top_p)
+    if s.stop_strings:
+        body.update(stop=list(s.stop_strings), include_stop_str_in_output=True)
+    return body

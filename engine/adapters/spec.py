@@ -14,9 +14,11 @@ naming the flag, never silently dropped.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
@@ -54,8 +56,6 @@ def path_shaped(text: str) -> bool:
     """Whether ``text`` can only be a local path, never a hub id: it ends in ``/``, starts
     with ``.``, ``/`` or ``~``, or holds a separator other than the hub's one ``/`` between
     owner and name. A missing one is then "no such folder", not the hub's repo-id rules."""
-    import os
-
     seps = {os.sep, os.altsep or "/"} - {"/"}
     return (text.endswith(("/", os.sep)) or text.startswith((".", "/", "~")) or text.count("/") > 1
             or any(s in text for s in seps))
@@ -63,8 +63,6 @@ def path_shaped(text: str) -> bool:
 
 def check_path(text: str, flag: str) -> None:
     """A path-shaped ``text`` that does not exist is one line naming the flag (:func:`path_shaped`)."""
-    from pathlib import Path
-
     if path_shaped(text) and not Path(text).expanduser().exists():
         raise SpecError(f"{flag} {text}: no such folder: {text}")
 
