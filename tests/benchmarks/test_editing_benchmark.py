@@ -114,7 +114,7 @@ def test_cli_bad_flags_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "--trace-samples: wants a whole number > 0, not '0'" in err
     assert cli.main([*base, "--base-model", "/nowhere/model"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--base-model /nowhere/model: no such checkpoint folder" in err
+    assert err.count("\n") == 1 and "--base-model /nowhere/model: no such folder: /nowhere/model" in err  # issue 25 item 1
 
 
 def test_metric_group_words_are_not_metric_names():
