@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .registry import BENCHMARKS
+from .sweepdir import run_folders as sweep_runs
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
 from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 
@@ -37,21 +38,14 @@ class ExportError(ValueError):
 
 def run_folders(paths: Sequence[str | Path]) -> list[tuple[str, Path]]:
     """(run name, folder) for each run: a folder with run.json is one run; a sweep's OUT
-    (no run.json, one sub-folder per checkpoint) is each sub-folder that has one."""
-    out: list[tuple[str, Path]] = []
-    for p in map(Path, paths):
-        if not p.is_dir():
-            raise ExportError(f"{p}: no such folder")
-        if (p / "run.json").is_file():
-            out.append((p.resolve().name or str(p), p))
-            continue
-        subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "run.json").is_file())
-        if not subs:
-            raise ExportError(f"{p}: not a run folder (no run.json in it or in its sub-folders)")
-        out += [(d.name, d) for d in subs]
-    names = [n for n, _ in out]
-    if len(set(names)) < len(names):  # two folders called `out` in different places: keep them apart
-        out = [(str(d), d) for _, d in out]
+    is each of its checkpoints, in sweep order (``sweepdir.run_folders``)."""
+    try:
+        out = sweep_runs(paths)
+    except FileNotFoundError as e:
+        raise ExportError(str(e)) from None
+    for _, folder in out:
+        if not (folder / "run.json").is_file():
+            raise ExportError(f"{folder}: no run.json (export reads evaldag's run folders)")
     return out
 
 

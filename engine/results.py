@@ -17,6 +17,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
@@ -98,10 +99,13 @@ class NodeRecord:
     reason: str = ""
     error: str = ""
     backend: dict = field(default_factory=dict)  # run resource -> the backend that served it (scorers)
+    origin: dict = field(default_factory=dict)  # a cached node: when and how its stored value was computed
 
     @classmethod
-    def cached(cls, v: Vertex) -> "NodeRecord":
-        return cls(v.key, v.label, v.fingerprint, "cached")
+    def cached(cls, v: Vertex, meta: dict | None = None) -> "NodeRecord":
+        """A node read from the store; ``meta`` (the entry's) says when, in how long, why
+        and by which backend it was computed, so a warm run's records lose nothing."""
+        return cls(v.key, v.label, v.fingerprint, "cached", origin=origin_of(meta or {}))
 
     @classmethod
     def computed(cls, v: Vertex, seconds: float, reason: str) -> "NodeRecord":
@@ -122,7 +126,8 @@ class NodeRecord:
 
     @classmethod
     def twin(cls, v: Vertex, head: "NodeRecord") -> "NodeRecord":
-        return cls(v.key, v.label, v.fingerprint, head.status, head.seconds, head.reason, head.error)
+        return cls(v.key, v.label, v.fingerprint, head.status, head.seconds, head.reason, head.error,
+                   origin=dict(head.origin))
 
     def to_json(self) -> dict:
         out = {"fingerprint": self.fingerprint, "status": self.status, "seconds": round(self.seconds, 6), "reason": self.reason}
@@ -130,7 +135,26 @@ class NodeRecord:
             out["error"] = self.error
         if self.backend:
             out["backend"] = dict(self.backend)
+        if self.origin:
+            out["computed"] = dict(self.origin)
         return out
+
+
+def origin_of(meta: dict) -> dict:
+    """A store entry's account of its computation, as run.json's ``computed`` holds it:
+    ``at`` (UTC, ISO 8601), ``seconds``, ``reason``, ``backend``; what the entry lacks is left out."""
+    out: dict = {}
+    at = meta.get("written_at")
+    if isinstance(at, (int, float)) and math.isfinite(at):
+        out["at"] = datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+    secs = meta.get("seconds")
+    if isinstance(secs, (int, float)) and math.isfinite(secs) and secs >= 0:
+        out["seconds"] = round(float(secs), 6)
+    if isinstance(meta.get("reason"), str) and meta["reason"]:
+        out["reason"] = meta["reason"]
+    if isinstance(meta.get("backend"), dict) and meta["backend"]:
+        out["backend"] = {str(k): str(b) for k, b in meta["backend"].items()}
+    return out
 
 
 @dataclass

@@ -210,7 +210,7 @@ class _Runner:
             entry = None if self.force else self.store.get(v.fingerprint, v.metric.name)
             if entry is not None:
                 self.values[v.key] = entry.value
-                self.records[v.key] = NodeRecord.cached(v)
+                self.records[v.key] = NodeRecord.cached(v, entry.meta)
                 self._note(v.key, entry.meta)
             else:
                 out.append(v)
@@ -257,7 +257,8 @@ class _Runner:
 
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
         reason = self.reason(v)
-        meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds}
+        meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds,
+                "reason": reason}  # a later warm run's record says when, how long and why it was computed
         # downstream of a model with non-finite logits: the value says so, and so does every child's
         flag = self.flags.get(v.key) or next((self.flags[pk] for pk in v.parent_keys.values() if pk in self.flags), None)
         if flag:

@@ -40,12 +40,12 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
     for v in order:
         rec = (records or {}).get(v.key)
         if rec is not None:
-            status, reason, problem = rec.status, rec.reason, rec.problem
+            status, reason, problem, computed = rec.status, rec.reason, rec.problem, dict(rec.origin)
             # a cached node took no time; 6 decimals as run.json keeps them, so both views agree
             seconds = round(rec.seconds, 6) if rec.status in ("computed", "failed") else None
         else:
             held = store is not None and v.fingerprint is not None and store.has(v.fingerprint)
-            status, seconds, reason, problem = ("cached" if held else "planned"), None, "", ""
+            status, seconds, reason, problem, computed = ("cached" if held else "planned"), None, "", "", {}
         names = [display_name(g, n) for g, n in v.names]
         p = v.node.params
         nodes.append(NodeView(
@@ -54,7 +54,7 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
             params_not_default=p.model_dump(mode="json", exclude_defaults=True),
             group=v.names[0][0] if v.names else None, seconds=seconds,
             value=headline((values or {}).get(v.key)), reason=reason, problem=problem, fingerprint=v.fingerprint,
-            version=v.metric.version, resources=dict(v.resources)))
+            version=v.metric.version, resources=dict(v.resources), computed=computed))
         by_parent: dict[str, list[str]] = {}
         for k, pk in v.parent_keys.items():
             by_parent.setdefault(pk, []).append(k)
@@ -91,6 +91,26 @@ def run_dir_view(folder: str | os.PathLike, **kw: Any) -> View:
     return from_run_dir(set_folder(given), shown=given, **kw)
 
 
+def runs_view(runs: Sequence[tuple[str, Path]], *, show_resources: bool = False, title: str | None = None,
+              splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    """Several runs as one picture (a sweep's OUT): each checkpoint's nodes named after it,
+    and the work they share (the retain model's, computed once and cached for the others:
+    one fingerprint) drawn once, in the shared band."""
+    if len(runs) == 1:
+        return run_dir_view(runs[0][1], show_resources=show_resources, title=title, splits=splits)
+    nodes: list[NodeView] = []
+    edges: list[EdgeView] = []
+    for i, (name, folder) in enumerate(runs):
+        one = run_dir_view(folder, show_resources=show_resources, splits=splits)
+        for n in one.nodes:
+            n.id = f"c{i}{n.id}"
+            n.names = [f"{name}: {nm}" for nm in n.names]
+            n.group = f"{name}: {n.group}" if n.group else name
+        nodes += one.nodes
+        edges += [EdgeView(f"c{i}{e.src}", f"c{i}{e.dst}", e.keys) for e in one.edges]
+    return finish_view(nodes, edges, "run", title or f"evaldag sweep: {', '.join(n for n, _ in runs)}", {}, splits)
+
+
 def view_of(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
             splits: Sequence[Split] = GENERIC_SPLITS) -> View | None:
     """A RunResult, a Graph or configured metrics as a View; None for anything else."""
@@ -108,4 +128,4 @@ def view_of(source: Any, *, store: Any = None, show_resources: bool = False, tit
 
 add_view_builder(view_of)
 
-__all__ = ["from_graph", "from_run_result", "run_dir_view", "view_of"]
+__all__ = ["from_graph", "from_run_result", "run_dir_view", "runs_view", "view_of"]

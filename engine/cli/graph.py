@@ -21,7 +21,8 @@ from ..render import FORMATS, render
 from ..planner import plan
 from ..report import benchmarks_of, runs_of, splits_of
 from ..resources import ResourceSet
-from ..views import from_graph, run_dir_view
+from ..sweepdir import run_folders
+from ..views import from_graph, runs_view
 from .models import add_model_option, for_model, model_specs
 from .run import BENCH_OPTIONS_HINT, config_error, configs
 
@@ -33,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                     "run with --run OUT_DIR (each node's status, time and value).",
         epilog=BENCH_OPTIONS_HINT.format(cmd="graph"))
     g.add_argument("benchmarks", nargs="*", default=[], help="benchmarks to draw (default: toy)")
-    g.add_argument("--run", dest="run_dir", metavar="OUT_DIR", default=None, help="draw the finished run in OUT_DIR instead")
+    g.add_argument("--run", dest="run_dir", metavar="OUT_DIR", default=None, help="draw the finished run in OUT_DIR instead (a sweep's --out: every checkpoint, shared work once)")
     g.add_argument("--format", choices=FORMATS, default="mermaid", help="output format (default: mermaid)")
     g.add_argument("--out", "-o", default=None, help="write to this file (default: standard output)")
     g.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
@@ -86,14 +87,14 @@ def plan_view(args: argparse.Namespace):
 
 
 def run_view(args: argparse.Namespace):
-    """A finished run, banded by the data splits of the benchmarks it ran."""
-    folder = Path(args.run_dir)
-    folder = folder.parent if folder.is_file() else folder  # run.json itself
+    """A finished run, banded by the data splits of the benchmarks it ran; a sweep's OUT:
+    its checkpoints in one picture, the work they share drawn once."""
+    runs = run_folders([args.run_dir])
     try:
-        splits = splits_of(benchmarks_of(runs_of([folder])))
+        splits = splits_of(benchmarks_of(runs_of([folder for _, folder in runs])))
     except FileNotFoundError:  # from_run_dir says what is missing
         splits = splits_of([])
-    return run_dir_view(folder, show_resources=args.show_resources, splits=splits)
+    return runs_view(runs, show_resources=args.show_resources, splits=splits)
 
 
 def cmd(args: argparse.Namespace) -> int:

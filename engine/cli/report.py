@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..report import write_report_html
+from ..sweepdir import run_folders
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -14,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "report", help="write one self-contained report.html for one or more finished runs",
         description="Metrics side by side, each benchmark's own plots and tables, the run graph and run "
                     "statistics, in one HTML file that needs no network.")
-    r.add_argument("out_dirs", nargs="+", metavar="OUT_DIR", help="--out folders of finished runs (one column each)")
+    r.add_argument("out_dirs", nargs="+", metavar="OUT_DIR", help="--out folders of finished runs (one column each), or a sweep's --out (a column per checkpoint)")
     r.add_argument("--out", "-o", default=None, help="the HTML file (default: OUT_DIR/report.html for one folder, else ./report.html)")
     r.add_argument("--title", default="evaldag report")
     return r
@@ -23,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd(args: argparse.Namespace) -> int:
     dest = Path(args.out) if args.out else (Path(args.out_dirs[0]) / "report.html" if len(args.out_dirs) == 1 else Path("report.html"))
     try:
-        path = write_report_html(args.out_dirs, dest, title=args.title)
+        folders = [folder for _, folder in run_folders(args.out_dirs)]  # a sweep's OUT: its checkpoints, in order
+        path = write_report_html(folders, dest, title=args.title)
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
 from .sweep import folder_names
+from ..sweepdir import SWEEP_FILE, comparison, sweep_record, table_text
 from .types import positive_float, positive_int
 
 
@@ -193,24 +195,28 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     if len(models) < 2:  # one run (the usual case)
         return _one(for_model(args, models[0]), benches, group, out, report=True)
     try:
-        check_names(out, ["report.html"])  # the sweep's report must not replace a page evaldag did not write
+        check_names(out, ["report.html", SWEEP_FILE])  # the sweep's report must not replace a page evaldag did not write
     except NotOurs as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
-    codes = []
-    for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint, each its own Namespace
-        codes.append(_one(for_model(args, path), benches, group, out / name, report=False))
+    codes, names = [], folder_names(models)
+    for path, name in zip(models, names):  # a sweep: one run per checkpoint, each its own Namespace
+        codes.append(_one(for_model(args, path), benches, group, out / name, report=False, label=f"{name} ({path})"))
         if codes[-1] in (2, 130) or (group is not None and group.broken):
             return codes[-1]
     if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
+        table = comparison([(name, out / name) for name in names])
         try:
             with staged(out) as stage:
-                write_report_html([out / name for name in folder_names(models)], stage / "report.html")
+                write_report_html([out / name for name in names], stage / "report.html")
+                record = sweep_record(names, models, [b.name for b in benches], table)
+                (stage / SWEEP_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         except (CacheWriteError, NotOurs, ValueError) as e:
             print(f"evaldag: error: {e}", file=sys.stderr)
             return 2
-        if not args.quiet:
-            print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}")
+        if not args.quiet:  # the sweep ends with the table that compares its checkpoints
+            print(f"\n{table_text(table, names)}\n")
+            print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}, {out / SWEEP_FILE}")
     return max(codes)
 
 
@@ -222,10 +228,11 @@ def interrupted(cache: Cache | None, executor: Executor | None) -> str:
     return f"evaldag: interrupted: {nodes} nodes and {answers} model results kept; rerun to resume"
 
 
-def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool) -> int:
+def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool,
+         label: str | None = None) -> int:
     held: dict = {}  # the cache and executor, once built
     try:
-        return _one_run(args, benches, group, out, report, held)
+        return _one_run(args, benches, group, out, report, held, label)
     except KeyboardInterrupt:  # no traceback: what was stored stays stored
         if held.get("publishing"):  # the run is stored; cmd() says which outputs set OUT now shows
             raise
@@ -234,7 +241,7 @@ def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None
 
 
 def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool,
-             held: dict) -> int:
+             held: dict, label: str | None = None) -> int:
     nodes, resources = [], {}
     try:
         check_folders(args.cache_dir, out)
@@ -283,7 +290,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
         return 2
     runlog.record(cache, result, out, [b.name for b in benches])  # `evaldag cache runs` finds it again
     if not args.quiet:
-        print_run(result, out)
+        print_run(result, out, label=label)
     else:  # failures always print, whatever the verbosity
         print_failures(result, sys.stderr)
     return 0 if result.ok else 1

@@ -18,12 +18,14 @@ def fmt(x: object) -> str:
     return "-" if x is None else str(x)
 
 
-def print_run(result: RunResult, out: Path | None = None) -> None:
+def print_run(result: RunResult, out: Path | None = None, label: str | None = None) -> None:
+    """The headline of each benchmark, then the run's counts; ``label`` names the
+    checkpoint on each block's title line (a sweep prints one block per checkpoint)."""
     groups = [g for g in result.graph.groups if g is not None] or [None]
     width = max([32] + [len(n) for v in result.graph.vertices.values() for _, n in v.names]) + 1
     for g in groups:
-        if g:
-            print(f"== {g}")
+        if g or label:
+            print(f"== {' · '.join(x for x in (g, label) if x)}")
         for key in result.graph.roots:
             v = result.graph.vertices[key]
             if not v.names or v.names[0][0] != g:

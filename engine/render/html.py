@@ -15,7 +15,7 @@ from typing import Any
 
 from .clusters import cluster_order
 from .svg import to_svg
-from .view import View, as_view, fmt_num, fmt_secs
+from .view import View, as_view, computed_text, fmt_num, fmt_secs
 
 
 #: in every page evaldag writes: how `evaldag report --out X` knows X is a report it may replace
@@ -60,6 +60,17 @@ def num_cell(x: float | None, text: str | None = None) -> str:
     return f'<td class="ed-num" data-sort="{x!r}" title="{x!r}">{escape(shown)}</td>'
 
 
+def _seconds_cell(n: Any) -> str:
+    """A computed node's time; a cached one's is the time it took when it was computed
+    (in brackets: this run spent none), so a warm report keeps the cold run's timings."""
+    if n.seconds is not None:
+        return num_cell(n.seconds, fmt_secs(n.seconds))
+    then = (n.computed or {}).get("seconds")
+    if n.status == "cached" and isinstance(then, (int, float)):
+        return num_cell(then, f"({fmt_secs(then)})")
+    return num_cell(None)
+
+
 def node_table(view: View) -> str:
     """Every node with its status, time, value, recompute reason, fingerprint and params."""
     head = ["name", "metric", "kind", "group", "split", "status", "seconds", "value", "reason", "fingerprint", "params"]
@@ -76,9 +87,9 @@ def node_table(view: View) -> str:
             f'<tr class="ed-row" data-id="{n.id}"><td>{names}</td><td>{escape(n.metric)}</td><td>{escape(n.kind)}</td>'
             f"<td>{escape(n.group or '')}</td><td>{escape(n.split or '')}</td>"
             f'<td data-sort="{escape(n.status)}"><span class="ed-status ed-status-{escape(n.status)}">{escape(n.status)}</span></td>'
-            + num_cell(n.seconds, fmt_secs(n.seconds) if n.seconds is not None else None)
+            + _seconds_cell(n)
             + num_cell(n.value)
-            + f'<td>{escape(n.reason)}</td><td class="ed-mono" title="{escape(fp)}">{escape(fp[:12])}</td>'
+            + f'<td>{escape(n.reason or (computed_text(n.computed) if n.computed else ""))}</td><td class="ed-mono" title="{escape(fp)}">{escape(fp[:12])}</td>'
             f'<td class="ed-mono">{escape(params[:160] + ("…" if len(params) > 160 else ""))}</td></tr>'
         )
     ths = "".join(f'<th class="ed-num">{h}</th>' if h in num else f"<th>{h}</th>" for h in head)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol, Sequence, Union
 from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .runjson import read_run_json
-from .view import fmt_secs, from_run_dir, headline, read_evals, read_json
+from .view import computed_text, fmt_secs, from_run_dir, headline, read_evals, read_json
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,9 @@ def load_run_folder(path: str | os.PathLike, shown: str | os.PathLike | None = N
     return rf
 
 
-def _resources_table(prov: dict) -> str:
-    """Which checkpoint and which data each resource was: path or source beside its fingerprint."""
+def _resources_table(prov: dict, not_loaded: bool = False) -> str:
+    """Which checkpoint and which data each resource was: path or source beside its fingerprint
+    (``not_loaded``: a warm run, whose models were never loaded)."""
     res = prov.get("resources") or {}
     rows = []
     for name, d in sorted(res.items()):
@@ -100,6 +101,8 @@ def _resources_table(prov: dict) -> str:
             continue
         where = d.get("path") or d.get("source") or ""
         loaded = " ".join(str(d[k]) for k in ("loaded_dtype", "loaded_device") if d.get(k))
+        if not loaded and d.get("kind") == "model" and not_loaded:  # a warm run says why the column is empty
+            loaded = "not loaded: every answer cached"
         fp = d.get("fingerprint") or ""
         rows.append(f"<tr><td>{escape(name)}</td><td>{escape(str(d.get('kind', '')))}</td><td>{escape(str(where))}</td>"
                     f"<td><code>{escape(str(fp)[:12])}</code></td><td>{escape(loaded)}</td></tr>")
@@ -216,8 +219,13 @@ _STATS = [
     ("tokens (real)", lambda run, ex: ex.get("tokens_real")),
     ("tokens (padded)", lambda run, ex: ex.get("tokens_padded")),
     ("padding", lambda run, ex: _pct(ex.get("padding_fraction"))),
-    ("model time", lambda run, ex: _secs(ex.get("seconds"))),
+    ("model time", lambda run, ex: "none: every answer cached" if _all_cached(ex) else _secs(ex.get("seconds"))),
 ]
+
+
+def _all_cached(ex: dict) -> bool:
+    """A warm run: the model was asked nothing it had not answered before (or not loaded at all)."""
+    return ex.get("model_loaded") is False or (ex.get("requests", 0) or 0) == (ex.get("cached", 0) or 0)
 _KIND_COLS = ("requests", "unique", "cached", "sequences_forwarded", "batches", "padding_fraction", "seconds")
 
 
@@ -237,19 +245,33 @@ def _run_details(r: RunFolder) -> str:
             rows.append(f"<tr><td>{escape(kind)}</td>{cells}</tr>")
         parts.append(_table(["request kind"] + [c.replace("_", " ") for c in _KIND_COLS], rows, "ed-table ed-sortable"))
     nodes = r.run.get("nodes") or {}
-    slow = sorted((kv for kv in nodes.items() if kv[1].get("status") == "computed"),
-                  key=lambda kv: (-(kv[1].get("seconds") or 0.0), kv[0]))[:8]
-    if slow:
-        rows = [f"<tr><td>{escape(name)}</td><td>{escape(n.get('reason', ''))}</td>"
-                f"{num_cell(n.get('seconds'), _secs(n.get('seconds')))}</tr>" for name, n in slow]
-        parts.append(_table(["slowest computed nodes", "reason", "seconds"], rows, num_from=2))
+    slow = sorted((kv for kv in nodes.items() if _took(kv[1]) is not None),
+                  key=lambda kv: (-(_took(kv[1]) or 0.0), kv[0]))[:8]
+    if slow:  # a warm run's nodes are cached: the time each took when it was computed, and when
+        rows = [f"<tr><td>{escape(name)}</td><td>{escape(_how(n))}</td>"
+                f"{num_cell(_took(n), _secs(_took(n)))}</tr>" for name, n in slow]
+        parts.append(_table(["slowest nodes", "reason", "seconds"], rows, num_from=2))
     prov = r.run.get("provenance") or {}
-    parts.append(_resources_table(prov))
+    parts.append(_resources_table(prov, _all_cached(r.run.get("executor") or {})))
     facts = [(k, v if not isinstance(v, str) or len(v) < 20 else v[:16] + "…") for k, v in sorted(prov.items())
              if isinstance(v, (str, int, float))]
     if facts:
         parts.append(chips(facts))
     return "<div>" + "".join(parts) + "</div>"
+
+
+def _took(n: dict) -> float | None:
+    """The seconds a node took: this run's, or (cached) the computing run's."""
+    if n.get("status") == "computed":
+        return n.get("seconds")
+    then = (n.get("computed") or {}).get("seconds") if n.get("status") == "cached" else None
+    return then if isinstance(then, (int, float)) else None
+
+
+def _how(n: dict) -> str:
+    if n.get("status") == "cached":
+        return "cached: " + computed_text(n.get("computed") or {})
+    return n.get("reason", "")
 
 
 def stats_section(runs: list[RunFolder]) -> str:

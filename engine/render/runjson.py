@@ -28,6 +28,17 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 Count = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 
 
+class Origin(BaseModel):
+    """A cached node's account of the run that computed it (``computed`` in run.json)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    at: Optional[StrictStr] = None
+    seconds: Optional[Seconds] = None
+    reason: StrictStr = ""
+    backend: dict[StrictStr, StrictStr] = {}
+
+
 class NodeEntry(BaseModel):
     """One node's record in run.json (``outputs/files.py`` writes it)."""
 
@@ -47,6 +58,7 @@ class NodeEntry(BaseModel):
     params_not_default: Optional[dict[StrictStr, Any]] = None
     params_changed: Optional[dict[StrictStr, Any]] = None  # the older name of params_not_default
     resources: dict[StrictStr, StrictStr] = {}
+    computed: dict = {}  # checked on its own (Origin)
 
 
 class KindStats(BaseModel):
@@ -122,7 +134,10 @@ def _tidy(run: dict, bad: list[str]) -> dict:
     run = _check(RunJson, run, "run", bad)
     nodes = {}
     for name, entry in (run.get("nodes") or {}).items():
-        nodes[name] = _check(NodeEntry, entry, f"nodes[{_printable(json.dumps(name), 32)}]", bad)
+        where = f"nodes[{_printable(json.dumps(name), 32)}]"
+        nodes[name] = _check(NodeEntry, entry, where, bad)
+        if "computed" in nodes[name]:
+            nodes[name]["computed"] = _check(Origin, nodes[name]["computed"], f"{where}.computed", bad)
     if "nodes" in run:
         run["nodes"] = nodes
     if "executor" in run:

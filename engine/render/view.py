@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 
 from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
+from .merge import merge_same_work
 from .runjson import STATUSES, read_run_json
 
 
@@ -52,6 +53,7 @@ class NodeView:
     fingerprint: str | None = None
     version: str | None = None
     resources: dict = field(default_factory=dict)  # need -> bound resource name
+    computed: dict = field(default_factory=dict)  # a cached node: when (at), seconds, reason, backend of its computation
 
     @property
     def shared(self) -> bool:
@@ -104,6 +106,8 @@ class NodeView:
             parts.append(f"{self.status}: {self.problem}" if self.problem else self.status)
         elif self.status == "computed" and self.reason:
             parts.append(f"↻ {self.reason}")
+        elif self.status == "cached" and self.computed:
+            parts.append(f"cached: {computed_text(self.computed)}")
         return "  ·  ".join(parts)
 
 
@@ -167,6 +171,20 @@ def fmt_num(x: float | None) -> str:
     return f"{x:.4g}"
 
 
+def computed_text(c: dict) -> str:
+    """A cached node's origin in words: ``computed 2026-11-24 07:01 UTC in 0.52 s (new) by hf:…``."""
+    parts = ["computed"]
+    if c.get("at"):
+        parts.append(str(c["at"]).replace("T", " ")[:16] + " UTC")
+    if isinstance(c.get("seconds"), (int, float)):
+        parts.append(f"in {fmt_secs(c['seconds'])}")
+    if c.get("reason"):
+        parts.append(f"({c['reason']})")
+    if c.get("backend"):
+        parts.append("by " + ", ".join(sorted(set(map(str, c["backend"].values())))))
+    return " ".join(parts)
+
+
 def fmt_secs(s: float | None) -> str:
     if s is None:
         return ""
@@ -193,6 +211,7 @@ def display_name(group: str | None, name: str) -> str:
 
 def finish_view(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
             splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+    nodes, edges = merge_same_work(nodes, edges)
     view = View(nodes, edges, mode, title, meta, tuple(splits))
     assign_clusters(view)
     return view
@@ -292,7 +311,8 @@ def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, tit
             seconds=e.get("seconds") if e.get("status") in ("computed", "failed") else None,
             value=_eval_value(evals, group, bare), reason=e.get("reason", ""),
             problem=(e.get("error") or "").strip().splitlines()[-1] if (e.get("error") or "").strip() else "",
-            fingerprint=e.get("fingerprint"), version=e.get("version"), resources=dict(e.get("resources") or {})))
+            fingerprint=e.get("fingerprint"), version=e.get("version"), resources=dict(e.get("resources") or {}),
+            computed=dict(e.get("computed") or {}) if e.get("status") == "cached" else {}))
         by_parent: dict[str, list[str]] = {}
         for k, parent in (e.get("parents") or {}).items():
             if parent in ids:
