@@ -44,7 +44,8 @@ class EditingBenchmark(Benchmark):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p, retain=False, prompt=False)  # --dtype, --device (--model: takes_model)
         g = p.add_argument_group("editing")
-        g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint")
+        g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint: a folder, hf:DIR|ID, or "
+                       "another backend's spec (openai:URL; it shares --model's --tokenizer)")
         g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")
         g.add_argument("--texts", default=None, help="EDITING: texts for perplexity (JSON/JSONL of {text} or one per line); default: the shipped set")
         g.add_argument("--edit-layers", default=None, help="EDITING: weight-delta norms on these layers only (e.g. 3,4); default: every manipulated layer")
@@ -68,7 +69,8 @@ class EditingBenchmark(Benchmark):
             layers=_ints(args.edit_layers), norm=args.norm, max_length=args.ppl_max_length, stride=args.ppl_stride,
             ppl_per_text=args.ppl_per_text,
             trace_samples=args.trace_samples, trace_noise=args.trace_noise, trace_seed=args.trace_seed,
-            trace_window=args.trace_window, trace_edits=_ints(args.trace_edits), trace_occurrence=args.trace_occurrence)
+            trace_window=args.trace_window, trace_edits=_ints(args.trace_edits), trace_occurrence=args.trace_occurrence,
+            backend_options=common.backend_options(args).get("model", {}))
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=DEFAULT_METRICS, all=ALL_METRICS, groups=GROUPS)

@@ -55,3 +55,6 @@ class EditingConfig(BaseModel):
     trace_edits: tuple[int, ...] | None = None
     trace_occurrence: Literal["first", "last"] = "last"
     trace_answer: Literal["argmax", "target_true"] = "argmax"
+    # --model's qualifiers (tokenizer, served_model, api_key_env, fallback; docs/servers.md);
+    # --base-model shares --model's tokenizer (an edit changes weights, never the tokenizer)
+    backend_options: dict[str, str] = {}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...engine import Node, Rows
+from ...engine.adapters import spec as specs
 from ...engine.adapters.hf_weights import check_model_dirs
 from ...engine.adapters.layer_names import num_layers, read_config
 from ...metrics.editing.causal_trace import causal_trace
@@ -25,10 +26,21 @@ from .data import load_edits, load_texts
 
 GROUP = "EDITING"
 BASE = {"model": "base_model"}
+READS_WEIGHTS = ("weight_delta_norm",)  # through the weight_deltas provider: both checkpoints' safetensors files
 MAX_CONTEXT = 1024
 
 
+def local(path: str | None, flag: str = "--model") -> str | None:
+    """The checkpoint folder or hub id an ``hf`` spec names (``hf:DIR`` or a bare path);
+    None for another backend (``openai:URL``), whose weights are not here to read."""
+    if not path:
+        return None
+    parsed = specs.parse(path, flag)
+    return parsed.target if parsed.scheme == "hf" else None
+
+
 def _config(path: str | None) -> dict | None:
+    path = local(path)
     return read_config(path) if path and Path(path).expanduser().is_dir() else None
 
 
@@ -82,10 +94,20 @@ def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
     """
     if not cfg.model or not cfg.base_model:
         raise ValueError("editing needs --model EDITED_DIR and --base-model ORIGINAL_DIR")
+    reading = [m for m in cfg.metrics if m in READS_WEIGHTS]
+    for flag, path in (("--model", cfg.model), ("--base-model", cfg.base_model)):
+        if reading and local(path, flag) is None:  # the planner sees request kinds; weights are read from files
+            raise ValueError(f"{', '.join(reading)} {'reads' if len(reading) == 1 else 'read'} both checkpoints' weights, "
+                             f"and {flag} {path} is a server model whose weights are not here: give its checkpoint "
+                             f"folder (hf:DIR) or leave {', '.join(reading)} out (--metrics)")
     opts = common.ModelOptions(dtype=cfg.dtype, device=cfg.device)
     folders = {}
     for flag, path in (("--model", cfg.model), ("--base-model", cfg.base_model)):
-        common.check_model(path, opts, flag)
+        path = local(path, flag)  # another backend's model is checked by its resource (and the planner)
+        if path is None:
+            folders[flag] = None
+            continue
+        common.check_model(path, opts, flag, cfg.backend_options.get("tokenizer"))
         folders[flag] = common.checkpoint_folder(path, flag)
     if folders["--model"] is not None and folders["--base-model"] is not None:
         check_model_dirs(folders["--base-model"], folders["--model"])
@@ -103,12 +125,15 @@ def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
 
 def resources(cfg: EditingConfig) -> dict[str, Any]:
     """The two models (lazy) and the edits and texts (read and checked now: they are small)."""
-    from ...engine.adapters.hf import HFModel  # torch/transformers load only when a model runs
-
     edits = load_edits(cfg.edits)
     preflight(cfg, edits)
     texts = load_texts(cfg.texts)
-    models = {k: HFModel(p, dtype=cfg.dtype, device=cfg.device, attention_mask="padding")
-              for k, p in (("model", cfg.model), ("base_model", cfg.base_model))}
+    tok = {"tokenizer": cfg.backend_options["tokenizer"]} if cfg.backend_options.get("tokenizer") else {}
+    given = {"model": (cfg.model, "--model", cfg.backend_options), "base_model": (cfg.base_model, "--base-model", tok)}
+    models = {}
+    for role, (path, flag, quals) in given.items():  # a folder, hf:DIR|ID, or another backend's spec
+        opts = common.ModelOptions(dtype=cfg.dtype, device=cfg.device, attention_mask="padding",
+                                   backend_options={"model": quals} if quals else {})
+        models[role] = common.hf_model(path, opts, flag)
     return {**models, "edits": Rows(lambda: edits, cfg.edits or "shipped:edits.json"),
             "texts": Rows(lambda: texts, cfg.texts or "shipped:texts.json")}

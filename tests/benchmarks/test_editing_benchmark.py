@@ -136,3 +136,24 @@ def test_editing_and_tofu_options_parse_together(order):
     assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3 and cfg.ppl_per_text is True
     ppl = [n for n in spec.nodes(cfg) if n.name.startswith("perplexity")]
     assert len(ppl) == 3 and all(n.params.per_text for n in ppl)
+
+
+def test_model_specs_name_the_checkpoints_and_a_server_model_cannot_give_weights(edited, tmp_path, capsys, cache_dir):
+    """Issue 23: --model/--base-model take model specs as every benchmark does. `hf:DIR` is the
+    folder itself (same fingerprints: the bare-path run's cache serves it, same numbers), and a
+    server model (openai:URL) is refused for the metric that reads both checkpoints' weights,
+    in one line, before anything is contacted or loaded."""
+    common = ["run", "editing", "--quiet", "--edits", str(edited.parent / "edits.json"),
+              "--metrics", "weight_delta_norm,perplexity", "--cache-dir", str(cache_dir)]
+    assert cli.main([*common, "--model", str(edited), "--base-model", str(BASE), "--out", str(tmp_path / "a")]) == 0
+    assert cli.main([*common, "--model", f"hf:{edited}", "--base-model", f"hf:{BASE}", "--out", str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / x / "run.json").read_text()) for x in "ab")
+    assert {n["status"] for n in b["nodes"].values()} == {"cached"}  # the same models, by fingerprint
+    assert (tmp_path / "a" / "EDITING_SUMMARY.json").read_bytes() == (tmp_path / "b" / "EDITING_SUMMARY.json").read_bytes()
+    capsys.readouterr()
+    server = "openai:http://127.0.0.1:9/v1"
+    assert cli.main([*common, "--model", str(edited), "--base-model", server, "--tokenizer", str(BASE),
+                     "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "weight_delta_norm reads both checkpoints' weights" in err
+    assert f"--base-model {server} is a server model" in err and not (tmp_path / "c").exists()
