@@ -122,9 +122,9 @@ def handler_node(name: str, group: str, handler: Handler, arguments: Mapping[str
             ups[REF_PREFIX + log] = reference_logs_node(include=tuple(map(tuple, pairs)), bind={"logs": res})
     params = dict(handler=handler.name, handler_code=handler.code, arguments=canonical(arguments),
                   reference_logs=canonical({log: pairs for log, (_, pairs) in reference_logs.items()}))
+    if data is not None:
+        ups[ROWS] = rows_node(bind={"data": data})
     if handler.calls_model:
-        if data is not None:
-            ups[ROWS] = rows_node(bind={"data": data})
         mdef = metric(name, version="1", params=HandlerParams, needs=("model",), register=False,
                       requests={"model": {"ou_handler_call": ()}})(model_call(name, keys))
     else:
@@ -133,7 +133,10 @@ def handler_node(name: str, group: str, handler: Handler, arguments: Mapping[str
             h = find_handler(params.handler)
             if h is None or h.code != params.handler_code:
                 raise ValueError(f"{name}: handler {params.handler!r} is no longer the one this node was built with")
-            return as_result(h.fn(None, handler=params.handler, **_kwargs(params, inputs, keys)), name)
+            kw = _kwargs(params, inputs, keys)
+            if ROWS in inputs:  # a config that names a dataset: its rows, also without a model
+                kw["data"] = inputs[ROWS]
+            return as_result(h.fn(None, handler=params.handler, **kw), name)
 
         mdef = metric(name, version="1", params=HandlerParams, register=False)(aggregate)
     return mdef(name=name, group=group, parents=ups, **params)

@@ -36,6 +36,12 @@ def my_ks_test(model, **kwargs):
     return {"agg_value": ks_2samp(np.array(forget), np.array(retain)).pvalue}
 
 
+@unlearning_metric(name="answer_words")
+def answer_words(model, **kwargs):
+    words = {str(r["index"]): {"words": len(r["answer"].split())} for r in kwargs["data"]}
+    return {"agg_value": float(np.mean([w["words"] for w in words.values()])), "value_by_index": words}
+
+
 @unlearning_metric(name="question_nll")
 def question_nll(model, **kwargs):
     tok, coll, bs = kwargs["tokenizer"], kwargs["collators"], kwargs["batch_size"]
@@ -87,11 +93,17 @@ datasets:
         name: ${eval.tofu.forget_split}_perturbed
 '''
 
+WORDS = """# @package eval.tofu.metrics.forget_answer_words
+defaults:
+  - ../../data/datasets@datasets: TOFU_QA_forget
+handler: answer_words
+"""
+
 
 def _files(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name, text in (("handlers.py", HANDLERS), ("my_fq.yaml", FQ), ("nll.yaml", NLL)):
+    for name, text in (("handlers.py", HANDLERS), ("my_fq.yaml", FQ), ("nll.yaml", NLL), ("words.yaml", WORDS)):
         (folder / name).write_text(text)
         out[name] = folder / name
     return out
@@ -121,7 +133,7 @@ def cold(tmp_path_factory):
     f = _files(tmp / "user")
     # the config before the file that registers its handler: .py files are read first
     code = _run(tmp, "out", "--metrics", "forget_quality", "--retain-logs", str(LOGS), "--add-metric", str(f["my_fq.yaml"]),
-                "--add-metric", str(f["handlers.py"]), "--add-metric", str(f["nll.yaml"]))
+                "--add-metric", str(f["handlers.py"]), "--add-metric", str(f["nll.yaml"]), "--add-metric", str(f["words.yaml"]))
     assert code == 0
     return tmp, f
 
@@ -167,6 +179,16 @@ def test_a_model_calling_handler_gets_the_model_tokenizer_rows_and_a_padding_col
     assert nodes["forget_question_nll"]["backend"] == {"model": f"hf:{TARGET}"}  # its record: served by the hf model
 
 
+def test_an_aggregator_reads_the_rows_its_config_names_without_a_model(cold):
+    tmp, _ = cold
+    got = _eval(tmp / "out")["forget_answer_words"]
+    rows = [json.loads(line) for line in (tmp / "tofu" / "forget10_perturbed.json").read_text().splitlines() if line]
+    assert got["value_by_index"] == {str(i): {"words": len(r["answer"].split())} for i, r in enumerate(rows)}
+    assert got["agg_value"] == pytest.approx(np.mean([len(r["answer"].split()) for r in rows]))
+    nodes = json.loads((tmp / "out" / "run.json").read_text())["nodes"]
+    assert nodes["forget_answer_words"]["kind"] == "aggregator" and "backend" not in nodes["forget_answer_words"]
+
+
 def test_a_cached_rerun_never_loads_the_model(cold, monkeypatch):
     from evaldag.engine.adapters.hf import HFModel
 
@@ -177,7 +199,7 @@ def test_a_cached_rerun_never_loads_the_model(cold, monkeypatch):
 
     monkeypatch.setattr(HFModel, "load", refuse)
     code = _run(tmp, "again", "--metrics", "forget_quality", "--retain-logs", str(LOGS), "--add-metric", str(f["handlers.py"]),
-                "--add-metric", str(f["my_fq.yaml"]), "--add-metric", str(f["nll.yaml"]))
+                "--add-metric", str(f["my_fq.yaml"]), "--add-metric", str(f["nll.yaml"]), "--add-metric", str(f["words.yaml"]))
     assert code == 0
     nodes = json.loads((tmp / "again" / "run.json").read_text())["nodes"]
     assert {n["status"] for n in nodes.values()} == {"cached"}
