@@ -312,3 +312,27 @@ def test_the_one_dispatch_rule(tmp_path, monkeypatch, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "An argument naming an existing file is a file, anything else a registered metric name" in text
     assert "results land in OUT/RUN_EVAL.json" in text and "in OUT/<BENCH>_EVAL.json / <BENCH>_SUMMARY.json under NAME" in text
+
+
+def test_a_handler_from_an_installed_package_is_found_by_name(tmp_path, monkeypatch):
+    """A package registers its handlers on import through an ``evaldag.metrics`` entry point."""
+    import sys
+
+    from ..plugins import install
+
+    from evaldag.engine.declare import REGISTRY
+    from evaldag.metrics.unlearning.open_unlearning_compat import HANDLERS, find_handler
+
+    source = ("from evaldag.metrics.unlearning.open_unlearning_compat import unlearning_metric\n\n\n"
+              "@unlearning_metric(name='installed_mean')\ndef installed_mean(model, **kwargs):\n"
+              "    return {'agg_value': sum(v['agg_value'] for v in kwargs['pre_compute'].values())}\n")
+    site = tmp_path / "site"
+    install(site, "ouhandlers", {"ouhandlers.py": source}, "[evaldag.metrics]\nouhandlers = ouhandlers\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(REGISTRY, "_loaded_entry_points", False)
+    monkeypatch.delitem(HANDLERS, "installed_mean", raising=False)
+    monkeypatch.delitem(sys.modules, "ouhandlers", raising=False)
+    h = find_handler("installed_mean")
+    assert h is not None and h.fn.__module__ == "ouhandlers" and not h.calls_model
+    assert h(None, pre_compute={"a": {"agg_value": 1.5}, "b": {"agg_value": 2.0}}) == {"agg_value": 3.5}
+    HANDLERS.pop("installed_mean", None)
