@@ -42,6 +42,11 @@ def answer_words(model, **kwargs):
     return {"agg_value": float(np.mean([w["words"] for w in words.values()])), "value_by_index": words}
 
 
+@unlearning_metric(name="doubled")
+def doubled(model, **kwargs):
+    return {"agg_value": 2 * kwargs["pre_compute"]["x"]["agg_value"]}
+
+
 @unlearning_metric(name="question_nll")
 def question_nll(model, **kwargs):
     tok, coll, bs = kwargs["tokenizer"], kwargs["collators"], kwargs["batch_size"]
@@ -187,6 +192,21 @@ def test_an_aggregator_reads_the_rows_its_config_names_without_a_model(cold):
     assert got["agg_value"] == pytest.approx(np.mean([len(r["answer"].split()) for r in rows]))
     nodes = json.loads((tmp / "out" / "run.json").read_text())["nodes"]
     assert nodes["forget_answer_words"]["kind"] == "aggregator" and "backend" not in nodes["forget_answer_words"]
+
+
+def test_a_literal_logs_path_and_a_parent_that_is_another_config(cold):
+    tmp, f = cold
+    literal = tmp / "user" / "literal.yaml"
+    literal.write_text(FQ.replace("my_forget_quality", "fq_literal").replace("${eval.tofu.retain_logs_path}", str(LOGS)))
+    chain = tmp / "user" / "chain.yaml"  # a parent by the NAME of a config added before it
+    chain.write_text("# @package eval.tofu.metrics.twice_words\ndefaults:\n  - .@pre_compute.forget_answer_words: x\n"
+                     "pre_compute:\n  forget_answer_words:\n    access_key: x\nhandler: doubled\n")
+    code = _run(tmp, "more", "--metrics", "forget_truth_ratio", "--add-metric", str(f["handlers.py"]), "--add-metric",
+                str(literal), "--add-metric", str(f["words.yaml"]), "--add-metric", str(chain))
+    assert code == 0
+    ev, first = _eval(tmp / "more"), _eval(tmp / "out")
+    assert ev["fq_literal"] == first["my_forget_quality"]  # the file named in the config, without --retain-logs
+    assert ev["twice_words"]["agg_value"] == 2 * first["forget_answer_words"]["agg_value"]
 
 
 def test_a_cached_rerun_never_loads_the_model(cold, monkeypatch):
