@@ -25,7 +25,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from ...engine import Node, Params, Result
-from ...engine.declare import MetricDef, metric
+from ...engine.declare import metric
 from .open_unlearning_compat_core import HANDLERS, Handler, calls_model, find_handler, logger, plain, unlearning_metric
 from .open_unlearning_compat_hf import HandlerCall
 
@@ -150,11 +150,9 @@ def model_call(name: str, parents: tuple[str, ...]) -> Callable[..., Any]:
         kw = _kwargs(params, inputs, parents)
         rows = inputs.get(ROWS)
         body = {"kwargs": kw, **({"data": rows} if rows is not None else {})}
-        (answer,) = yield [HandlerCall(params.handler, params.handler_code, canonical(body))]
+        # not key-sorted: the handler sees value_by_index in its parent's row order, as there
+        payload = json.dumps(plain(body), separators=(",", ":"), default=str)
+        (answer,) = yield [HandlerCall(params.handler, params.handler_code, payload)]
         return as_result(json.loads(answer.text), name)
 
     return call_handler
-
-
-def is_handler_metric(m: MetricDef) -> bool:
-    return m.params is HandlerParams
