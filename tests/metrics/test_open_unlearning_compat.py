@@ -356,3 +356,14 @@ def test_a_handler_from_an_installed_package_is_found_by_name(tmp_path, monkeypa
     assert h is not None and h.fn.__module__ == "ouhandlers" and not h.calls_model
     assert h(None, pre_compute={"a": {"agg_value": 1.5}, "b": {"agg_value": 2.0}}) == {"agg_value": 3.5}
     HANDLERS.pop("installed_mean", None)
+
+
+def test_two_configs_of_one_name_are_refused(tmp_path, capsys):
+    f = _files(tmp_path / "user")
+    (tmp_path / "again.yaml").write_text(FQ)
+    code = _run(tmp_path, "out", "--metrics", "forget_Q_A_Prob", "--add-metric", str(f["handlers.py"]),
+                "--add-metric", str(f["my_fq.yaml"]), "--add-metric", str(tmp_path / "again.yaml"))
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"evaldag: error: --add-metric {tmp_path / 'again.yaml'}: 'my_forget_quality' is already "
+                                 "added by another --add-metric config\n")
+    assert not (tmp_path / "out").exists()
