@@ -88,6 +88,10 @@ def read_config(path: Path) -> MetricConfig:
     if not isinstance(doc, dict):
         raise _error(path, "expected a mapping of keys (defaults, pre_compute, handler, ...)")
     doc = dict(doc)
+    for key, kind in (("defaults", list), ("pre_compute", dict), ("reference_logs", dict), ("collators", dict),
+                      ("generation_args", dict)):
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            raise _error(path, f"{key}: expected a {'list' if kind is list else 'mapping'}, not {type(doc[key]).__name__}")
     handler = doc.pop("handler", None)
     if not isinstance(handler, str) or not handler:
         raise _error(path, "no `handler:` (the registered name of the @unlearning_metric function)")
@@ -111,8 +115,11 @@ def read_config(path: Path) -> MetricConfig:
             raise _error(path, f"reference_logs.{log_name}: expected {{path: ..., include: {{key: {{access_key: ...}}}}}}")
         pairs = [(str(k), str((v or {}).get("access_key", k))) for k, v in (spec.get("include") or {}).items()]
         cfg.reference_logs[str(log_name)] = (spec.get("path"), pairs)
-    for coll in (doc.pop("collators", None) or {}).values():  # {DataCollatorForSupervisedDataset: {args: {...}}}
-        cfg.collator_args.update({k: v for k, v in ((coll or {}).get("args") or {}).items() if k in ("padding_side", "index")})
+    for coll_name, coll in (doc.pop("collators", None) or {}).items():  # {DataCollatorForSupervisedDataset: {args: {...}}}
+        args = (coll or {}).get("args") if isinstance(coll, dict) else None
+        if not isinstance(args or {}, dict):
+            raise _error(path, f"collators.{coll_name}.args: expected a mapping")
+        cfg.collator_args.update({k: v for k, v in (args or {}).items() if k in ("padding_side", "index")})
     doc.pop("datasets", None)  # open-unlearning's dataset-class arguments: the split's rows are read instead
     generation = doc.pop("generation_args", None)
     if generation is not None:  # the file's own keys over the defaults' generation config

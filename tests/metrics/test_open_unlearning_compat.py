@@ -256,6 +256,8 @@ def test_an_edited_handler_is_recomputed_and_a_null_value_says_why(cold):
      "pre_compute.forget_nope: no TOFU metric of that name"),
     ("interpolation", NLL.replace("${eval.tofu.batch_size}", "${eval.tofu.nope}"), "batch_size: cannot resolve ${eval.tofu.nope}"),
     ("bench", FQ.replace("eval.tofu.", "eval.muse."), "no benchmark of this run (tofu) reads this config"),
+    ("shape", FQ.replace("reference_logs:\n  retain_model_logs:", "reference_logs: [1]\nnot_logs:\n  retain_model_logs:"),
+     "reference_logs: expected a mapping, not list"),
 ])
 def test_a_bad_config_is_refused_in_one_line_before_anything_runs(tmp_path, capsys, case, text, message):
     f = _files(tmp_path / "user")
