@@ -56,6 +56,9 @@ class MuseBenchmark(UnlearningBenchmark):
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
         return dict(split=args.muse_split)
 
+    def config_values(self, cfg: MuseConfig) -> dict[str, Any]:
+        return {**super().config_values(cfg), "data_split": cfg.split}
+
     def data_resources(self, cfg: MuseConfig) -> dict[str, Any]:
         return muse_resources(cfg)
 

@@ -51,5 +51,9 @@ class TofuBenchmark(UnlearningBenchmark):
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
         return dict(forget_split=args.forget_split, holdout_split=args.holdout_split, max_new_tokens=args.max_new_tokens)
 
+    def config_values(self, cfg: TofuConfig) -> dict[str, Any]:
+        split = tofu_splits(cfg.forget_split, cfg.holdout_split)
+        return {**super().config_values(cfg), "forget_split": cfg.forget_split, "holdout_split": split["holdout"]}
+
     def data_resources(self, cfg: TofuConfig) -> dict[str, Any]:
         return tofu_resources(cfg)

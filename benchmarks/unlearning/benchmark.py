@@ -88,6 +88,24 @@ class UnlearningBenchmark(Benchmark):
         self._warn_tokenizers(cfg)
         return self.spec.nodes(cfg.metrics, self.graph_config(cfg)), resources
 
+    def added_config(self, path: Any, cfg: Any, resources: dict[str, Any], added: dict[str, Node]) -> Any:
+        """``--add-metric FILE.yaml``: an open-unlearning metric config whose ``# @package
+        eval.<name>.metrics.NAME`` line names this benchmark -> (node, resources), else None."""
+        from ...metrics.unlearning.open_unlearning_compat_config import RunSide, config_node, read_config
+
+        ou = read_config(path)
+        if ou.bench != self.name:
+            return None
+        gcfg = self.graph_config(cfg)
+        values = {f"eval.{self.name}.{k}": v for k, v in self.config_values(cfg).items()}
+        side = RunSide(self.group, frozenset(self.spec.metric_names()), lambda n: self.spec.nodes([n], gcfg)[0], values,
+                       f"{self.group.lower()}_retain_logs" if cfg.retain_logs else None, resources, added)
+        return config_node(ou, side)
+
+    def config_values(self, cfg: Any) -> dict[str, Any]:
+        """What ``${eval.<name>.<field>}`` means in an open-unlearning config (its evaluator's fields)."""
+        return {"batch_size": 32, "question_key": "question", "retain_logs_path": cfg.retain_logs}
+
     def _warn_tokenizers(self, cfg: Any) -> None:
         """One line per side model whose tokenizer differs from --model's, naming the metrics
         that then compare scores computed on different tokenizations."""

@@ -1,9 +1,17 @@
 """``--add-metric``: a registered metric, or one from a local file, run on a benchmark's resources.
 
-What the argument is (issue 30 will extend the rule): an argument naming an existing
-file is a file -- ``./my_metrics.py`` adds every metric the file declares,
-``./my_metrics.py:NAME`` one of them; the file is imported from its path, so a metric can
-be tried without packaging it. Anything else is a registered metric name (``evaldag list``).
+The one dispatch rule: an argument that names an existing file is a file, anything else is
+a registered metric name (``evaldag list``) -- ``NAME[@SPLIT]``. A file is ``./my.py``
+(every ``@metric`` it declares), ``./my.py:NAME`` (one of them), each ``[@SPLIT]``, imported
+from its path so a metric can be tried without packaging it; or ``./my.yaml`` / ``.yml``,
+a benchmark's own metric config (an open-unlearning config for TOFU/MUSE), which the
+benchmark its first line names reads (the ``added_config`` hook of that benchmark: the
+engine knows nothing of the format). ``.py`` files are imported before any config is read,
+so a config finds the handlers a file registers, whatever the order of the flags.
+
+Where results land: names and ``.py`` metrics in ``RUN_EVAL.json`` (ungrouped, under their
+name, ``NAME@SPLIT`` when a split was named); a config in its benchmark's
+``<BENCH>_EVAL.json`` under the config's own name.
 
 How it is bound: a metric reads resources by their generic names (``model``, ``data``);
 a benchmark provides ``model`` and its data splits under its own names (TOFU's
@@ -18,7 +26,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..menu import did_you_mean
 from ..declare import REGISTRY, DeclarationError, MetricDef, Node
@@ -44,27 +52,70 @@ def load_file(path: Path) -> list[MetricDef]:
     return [m for m in REGISTRY.all() if m.fn.__module__ == name]
 
 
-def metrics_of(arg: str) -> list[tuple[MetricDef, str | None]]:
-    """``NAME[@SPLIT]`` or ``FILE.py[:NAME][@SPLIT]`` -> the metric definitions and the split asked for."""
-    text, split = (arg, "") if Path(arg).is_file() else arg.partition("@")[::2]
-    where, wanted = (text, "")
-    if ":" in text and not Path(text).is_file():
-        where, wanted = text.rsplit(":", 1)
-    if Path(where).is_file():
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def classify(arg: str) -> tuple[str, str, str, str]:
+    """The dispatch rule -> (form, what, NAME, SPLIT): form ``py`` / ``config`` (an existing file)
+    or ``name`` (anything else), refused in one line where the file form is malformed."""
+    if Path(arg).is_file():
+        text, split, wanted = arg, "", ""
+    else:
+        text, _, split = arg.partition("@")
+        wanted = ""
+        if not Path(text).is_file() and ":" in text and Path(text.rsplit(":", 1)[0]).is_file():
+            text, wanted = text.rsplit(":", 1)
+    if not Path(text).is_file():
+        if text.endswith((".py", *CONFIG_SUFFIXES)) or "/" in text or "\\" in text:
+            raise ValueError(f"--add-metric {arg}: no such file: {text} (an argument naming an existing file is a "
+                             "file; anything else must be a registered metric name)")
+        return "name", text, "", split
+    suffix = Path(text).suffix.lower()
+    if suffix in CONFIG_SUFFIXES:
+        if wanted or split:
+            raise ValueError(f"--add-metric {arg}: a config file takes no :NAME or @SPLIT (its first line names the metric)")
+        return "config", text, "", ""
+    if suffix != ".py":
+        raise ValueError(f"--add-metric {arg}: {text} is neither a Python file (.py) nor a config (.yaml, .yml)")
+    return "py", text, wanted, split
+
+
+def metrics_of(arg: str, configs_follow: bool = False) -> list[tuple[MetricDef, str | None]]:
+    """``NAME[@SPLIT]`` or ``FILE.py[:NAME][@SPLIT]`` -> the metric definitions and the split asked for.
+
+    ``configs_follow``: a config is among the arguments, so a file may declare only the
+    handlers it reads (no ``@metric``)."""
+    form, where, wanted, split = classify(arg)
+    if form == "py":
         found = load_file(Path(where))
         if wanted:
             found = [m for m in found if m.name == wanted]
             if not found:
                 raise ValueError(f"--add-metric {arg}: {where} declares no metric {wanted!r}")
-        elif not found:
+        elif not found and not configs_follow:
             raise ValueError(f"--add-metric {arg}: {where} declares no @metric")
         return [(m, split or None) for m in found]
-    m = REGISTRY.get(text)
+    m = REGISTRY.get(where)
     if m is None:
-        raise ValueError(f"--add-metric {text}: no registered metric of that name; "
-                         f"{did_you_mean(text, [d.name for d in REGISTRY.all()])}(see `evaldag list`, "
-                         "or give a file: ./my_metrics.py[:NAME])")
+        raise ValueError(f"--add-metric {where}: no registered metric of that name; "
+                         f"{did_you_mean(where, [d.name for d in REGISTRY.all()])}(see `evaldag list`, "
+                         "or give a file: ./my_metrics.py[:NAME] or ./my_metric.yaml)")
     return [(m, split or None)]
+
+
+def config_nodes(path: Path, benches: Sequence[tuple[Any, Any]], resources: dict[str, Any],
+                 added: dict[str, Node]) -> Node:
+    """A config file read by the benchmark of this run that claims it; its resources join the run's."""
+    for bench, cfg in benches:
+        hook = getattr(bench, "added_config", None)
+        got = hook(path, cfg, resources, added) if hook is not None else None
+        if got is not None:
+            node, extra = got
+            resources.update(extra)
+            return node
+    names = ", ".join(b.name for b, _ in benches) or "none"
+    raise ValueError(f"--add-metric {path}: no benchmark of this run ({names}) reads this config; its first line "
+                     "names its benchmark (`# @package eval.<bench>.metrics.<NAME>`, open-unlearning's tofu or muse)")
 
 
 def split_resource(split: str, resources: Mapping[str, Any]) -> str | None:
@@ -100,7 +151,14 @@ def added_node(m: MetricDef, split: str | None, resources: Mapping[str, Any]) ->
     return m(name=m.name + (f"@{split}" if split else ""), bind=bind)
 
 
-def added_metrics(args: list[str], resources: Mapping[str, Any]) -> list[Node]:
-    """Every ``--add-metric`` as a named node (ungrouped: its results land in RUN_EVAL.json, under
-    its name, ``NAME@SPLIT`` when a split was named)."""
-    return [added_node(m, split, resources) for arg in args for m, split in metrics_of(arg)]
+def added_metrics(args: list[str], resources: dict[str, Any], benches: Sequence[tuple[Any, Any]] = ()) -> list[Node]:
+    """Every ``--add-metric`` as a named node: names and ``.py`` metrics ungrouped (``RUN_EVAL.json``),
+    configs in their benchmark's group. ``benches``: the run's (benchmark, config) pairs;
+    resources a config adds (a reference-logs file) are added to ``resources``."""
+    forms = [(arg, classify(arg)) for arg in args]
+    has_config = any(form == "config" for _, (form, *_) in forms)
+    nodes = [added_node(m, split, resources) for arg, (form, *_) in forms if form != "config"
+             for m, split in metrics_of(arg, has_config)]
+    added: dict[str, Node] = {}
+    return nodes + [config_nodes(Path(where), benches, resources, added)
+                    for _, (form, where, *_) in forms if form == "config"]

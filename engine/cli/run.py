@@ -55,10 +55,14 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
                                                    "or default / all / a group such as mia (default: the benchmark's default set)")
-    r.add_argument("--add-metric", action="append", default=[], metavar="NAME[@SPLIT]|FILE.py[:NAME]",
-                   help="also run this registered metric (any name `evaldag list` shows, a third party's too), or "
-                        "the @metric(s) of a local Python file, on the benchmarks' resources (its data: the forget "
-                        "split, or @SPLIT); results land in OUT/RUN_EVAL.json / RUN_SUMMARY.json; repeatable")
+    r.add_argument("--add-metric", action="append", default=[], metavar="NAME[@SPLIT]|FILE.py[:NAME][@SPLIT]|FILE.yaml",
+                   help="also run a metric on the benchmarks' resources (its data: the forget split, or @SPLIT). "
+                        "An argument naming an existing file is a file, anything else a registered metric name "
+                        "(`evaldag list`, a third party's too). NAME and FILE.py (its @metric(s); also the "
+                        "@unlearning_metric handlers a config reads): results land in OUT/RUN_EVAL.json / "
+                        "RUN_SUMMARY.json. FILE.yaml|.yml (an open-unlearning metric config, `# @package "
+                        "eval.<bench>.metrics.NAME`): in OUT/<BENCH>_EVAL.json / <BENCH>_SUMMARY.json under NAME. "
+                        "Repeatable")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
     r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
     r.add_argument("--refresh", choices=["nodes", "requests", "all"], default=None,
@@ -251,7 +255,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
             n, res = b.build(cfg)
             nodes += n
             resources.update(res)
-        nodes += added_metrics(args.add_metric, resources)
+        nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
         plan(Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
