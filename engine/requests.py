@@ -34,6 +34,9 @@ class Request:
     words: ClassVar[str] = ""
     # At most this many per batch before the adapter's group_budget widens it (1: one backward per sample).
     max_batch: ClassVar[int | None] = None
+    # Results larger than this many bytes are handed to the scorers but not kept in the request
+    # store (None: always kept); e.g. a prompt's full-vocabulary logits, megabytes each.
+    max_stored_bytes: ClassVar[int | None] = None
     # Which side padding goes in a batch of this kind ("right" for teacher forcing,
     # "left" for generation); the adapter honours it.
     padding_side: ClassVar[str] = "right"

@@ -30,7 +30,9 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
-from ..requests import RESULT_TYPES, result_type
+import numpy as np
+
+from ..requests import REQUEST_TYPES, RESULT_TYPES, result_type
 from .codec import CorruptEntry, CorruptEntryWarning, NewerFormat, pack, unpack
 from .files import CacheWriteError, LinkRefused, LinkWarning, inside
 from .safety import ReadOnlyCache
@@ -67,6 +69,7 @@ class RequestStore:
         self._conn: sqlite3.Connection | None = None
         self.disabled = False
         self.recovered: list[str] = []  # where damaged databases were moved (this process)
+        self.skipped_large = 0  # results over their kind's max_stored_bytes, not stored (this process)
 
     # ------------------------------------------------------------------ opening and recovery
     def files(self) -> list[Path]:
@@ -215,8 +218,13 @@ class RequestStore:
         rows = []
         now = time.time()
         for key, kind, result in items:
+            arrays = result.to_arrays()
+            cap = REQUEST_TYPES[kind].max_stored_bytes if kind in REQUEST_TYPES else None
+            if cap is not None and sum(np.asarray(a).nbytes for a in arrays.values()) > cap:
+                self.skipped_large += 1  # served to its scorers, never stored (requests.Request.max_stored_bytes)
+                continue
             m = {**(result.meta() if hasattr(result, "meta") else {}), **({"run": meta} if meta else {})}
-            rows.append((model, key, kind, pack(result.to_arrays(), m), now))
+            rows.append((model, key, kind, pack(arrays, m), now))
         if rows and self.read_only:
             raise ReadOnlyCache(f"the cache {self.path.parent} is read-only: cannot store {len(rows)} model answers")
         if rows:

@@ -132,6 +132,14 @@ def added_node(m: MetricDef, split: str | None, resources: Mapping[str, Any]) ->
         needs = Graph([m(name=m.name)]).required_resources()
     except (DeclarationError, GraphError) as e:  # e.g. a parameter without a default
         raise ValueError(f"--add-metric {m.name}: {e}") from None
+    pending = [n for n in needs if n not in resources and n in REGISTRY.providers]
+    while pending:  # a provider the run derives (weight_deltas): what it reads is what the run must provide
+        name = pending.pop()
+        needs.pop(name, None)
+        for k in REGISTRY.providers[name].needs:
+            if k not in needs and k not in resources and k in REGISTRY.providers:
+                pending.append(k)
+            needs.setdefault(k, [])
     bind: dict[str, str] = {}
     missing = []
     for need in sorted(needs):
@@ -148,7 +156,8 @@ def added_node(m: MetricDef, split: str | None, resources: Mapping[str, Any]) ->
             missing.append(need)
     if missing:
         raise ValueError(f"--add-metric {m.name}: this run does not provide {'; '.join(missing)}")
-    return m(name=m.name + (f"@{split}" if split else ""), bind=bind)
+    # a metric may name the group its results belong to (a MetricItem: EDITING, so EDITING_EVAL.json)
+    return m(name=m.name + (f"@{split}" if split else ""), bind=bind, group=getattr(m, "default_group", None))
 
 
 def added_metrics(args: list[str], resources: dict[str, Any], benches: Sequence[tuple[Any, Any]] = ()) -> list[Node]:

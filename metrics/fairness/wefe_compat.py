@@ -47,93 +47,25 @@ import numpy as np
 
 from ...engine import run
 from ...engine.results import NodeRecord, Result, RunResult
-from .embeddings import WordVectorsResource
 from .lookup import LookupOptions
 from .query import Query
 from .registry import MetricSettings, TemplateError, as_result, query_nodes, wefe_fields
 from .ripa import RipaPairingError, RipaParams
 from .rnd import RndParams
 from .rnsb import RnsbIterationError, RnsbParams, rnsb
-from .vectors import WordVectors
 from .weat import WeatOptions
 from .weat_p_value import MAX_EXACT_SPLITS, PValueParams, n_splits
+from .wefe_compat_base import BaseMetric, PreprocessorArgs
+from .wefe_compat_model import WordEmbeddingModel, as_model as _as_model, as_query as _as_query, get_embeddings_from_query
 from .word_sets import lookup_from_value
 
-__all__ = ["ECT", "MAC", "RIPA", "RND", "RNSB", "WEAT", "Query", "WordEmbeddingModel"]
+__all__ = ["ECT", "MAC", "RIPA", "RND", "RNSB", "WEAT", "BaseMetric", "PreprocessorArgs", "Query", "WordEmbeddingModel",
+           "get_embeddings_from_query"]
 
 log = logging.getLogger(__name__)
 GROUP = "WEFE"
 QUERY_ID = "query"
 _DEFAULT_PREPROCESSORS: list[dict[str, Any]] = [{}]  # never mutated (WEFE's default, read-only)
-
-
-class WordEmbeddingModel:
-    """WEFE's model wrapper: ``WordEmbeddingModel(vectors, name=None, vocab_prefix=None)``.
-
-    ``vectors``: a gensim ``KeyedVectors``, a dict word -> vector, a ``WordVectors``,
-    or the path of an embeddings file (``.npz`` with arrays ``words`` and ``vectors``,
-    word2vec text / GloVe, word2vec binary). ``wv`` is what was given (so gensim
-    methods keep working on a KeyedVectors); ``vectors`` is the ``WordVectors`` used.
-    """
-
-    def __init__(self, wv: Any, name: str | None = None, vocab_prefix: str | None = None):
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name should be a string or None, got {type(name)}.")
-        if vocab_prefix is not None and not isinstance(vocab_prefix, str):
-            raise TypeError(f"vocab_prefix should be a string or None, got {type(vocab_prefix)}.")
-        self.resource = WordVectorsResource(wv)
-        self.vectors: WordVectors = self.resource.value()
-        self.wv = wv
-        self.name = "Unnamed model" if name is None else name
-        self.vocab_prefix = vocab_prefix
-
-    @property
-    def vocab(self) -> Mapping[str, int]:
-        return self.vectors.index
-
-    def __len__(self) -> int:
-        return len(self.vectors)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.vectors
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if not isinstance(key, str):
-            raise TypeError(f"key must be a string, but got {type(key)}.")
-        if key not in self.vectors:
-            raise KeyError(f"word '{key}' not in model vocab.")
-        return self.vectors[key]
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, WordEmbeddingModel)
-            and self.resource.fingerprint() == other.resource.fingerprint()
-            and (self.name, self.vocab_prefix) == (other.name, other.vocab_prefix)
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable attributes, as WEFE's
-
-    def __repr__(self) -> str:
-        prefix = f" and '{self.vocab_prefix}' as word prefix" if self.vocab_prefix else ""
-        return (f"<WordEmbeddingModel named '{self.name}' with {len(self.vectors)} word embeddings "
-                f"of {self.vectors.dim} dims{prefix}>")
-
-
-def _as_model(model: Any) -> WordEmbeddingModel:
-    if isinstance(model, WordEmbeddingModel):
-        return model
-    if hasattr(model, "wv") and hasattr(model, "vocab_prefix") and hasattr(model, "name"):
-        return WordEmbeddingModel(model.wv, model.name, model.vocab_prefix)  # a wefe.WordEmbeddingModel
-    raise TypeError(f"model should be a WordEmbeddingModel instance, got: {type(model)}.")
-
-
-def _as_query(query: Any) -> Query:
-    if isinstance(query, Query):
-        return query
-    names = ("target_sets", "attribute_sets", "target_sets_names", "attribute_sets_names")
-    if all(hasattr(query, n) for n in names):  # a wefe.Query
-        return Query(*(getattr(query, n) for n in names))
-    raise TypeError(f"query should be a Query instance, got: {type(query)}.")
 
 
 def _fresh_seed() -> int:
