@@ -20,6 +20,7 @@ from evaldag.benchmarks.editing import spec
 from evaldag.benchmarks.editing.config import EditingConfig
 from evaldag.benchmarks.editing.data import load_edits
 from evaldag.engine import cli, run
+from evaldag.engine.fingerprint import code_identity
 from evaldag.metrics.editing import lm_debugger_compat as lmd
 from evaldag.metrics.editing.logits_request import TokenLogits
 from evaldag.metrics.editing.weight_delta_norm import weight_delta_norm
@@ -107,10 +108,10 @@ def test_token_logits_and_hook_on_the_base_model(setup, cache_dir):
         assert got[str(i)]["base_max"] == pytest.approx(float(base[i][-1].max()), abs=1e-4)
     changed = res.results("EDITING")["TopTokenChanged"].value_by_index
     assert changed == {str(i): {"changed": float(edited[i][-1].argmax() != base[i][-1].argmax())} for i in range(2)}
-    stats = res.executor_stats if hasattr(res, "executor_stats") else None
     with sqlite3.connect(cache_dir / "requests.sqlite") as db:
         kinds = dict(db.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind").fetchall())
-    assert kinds.get("token_logits") == 4, (kinds, stats)  # 2 prompts x 2 models, each served once for both metrics
+    assert kinds.get("token_logits") == 4, kinds  # 2 prompts x 2 models, each served once for both metrics
+    assert res.executor["by_kind"]["token_logits"]["batches"] == 2  # one batch of both prompts per model
 
 
 def test_size_cap_keeps_large_logits_out_of_the_request_store(setup, tmp_path, monkeypatch):
@@ -161,15 +162,18 @@ def test_cli_add_metric_lands_in_editing_eval(setup, tmp_path, cache_dir):
 
 
 def test_planner_refuses_a_backend_without_full_logits(setup, cache_dir):
-    """A server answers top-k log-probs at most: the planner refuses before anything runs."""
+    """A backend without full logits (the toy model here; a server, which answers top-k log-probs
+    at most) is refused by the planner, naming the metric, before anything runs."""
     from evaldag.engine.adapters.toy import ToyModel
+    from evaldag.engine.planner import PlanError
 
     tmp, module, cfg = setup
-    res = spec.resources(cfg)
-    toy = ToyModel() if callable(ToyModel) else None
-    with pytest.raises(Exception, match="full-vocabulary logits|token_logits"):
-        run([module.TopTokenChanged.metric().named("TopTokenChanged", "EDITING")], {**res, "model": toy, "base_model": toy},
-            cache_dir=str(cache_dir))
+    with pytest.raises(PlanError, match=r"^TopTokenChanged\.pre_intervention_hook needs full-vocabulary logits; toy:0 gives "
+                                        r".* or add --base-fallback hf:DIR; TopTokenChanged needs full-vocabulary logits; .*"
+                                        r"or add --fallback hf:DIR$"):
+        run([module.TopTokenChanged.metric().named("TopTokenChanged", "EDITING")],
+            {"model": ToyModel(), "base_model": ToyModel(), "edits": load_edits()[:1]}, cache_dir=str(cache_dir))
+    assert not (cache_dir / "requests.sqlite").exists()
 
 
 def test_attributes_interventions_and_added_ones(setup, cache_dir):
@@ -187,6 +191,7 @@ def test_attributes_interventions_and_added_ones(setup, cache_dir):
                     "layers": self.controller.config.num_layers}
 
     assert set(Seen.metric.needs) == {"model", "edits", "texts"}  # nothing of the weights is read
+    assert Seen.metric.code.startswith(code_identity(Seen) + "+src:")  # fingerprinted by the class's source
     res = run([Seen.metric().named("Seen", "EDITING")], spec.resources(cfg), cache_dir=str(cache_dir))
     assert res.ok, [r.error for r in res.failures()]
     n = len(spec.resources(cfg)["texts"].value())
