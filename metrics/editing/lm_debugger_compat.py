@@ -183,7 +183,7 @@ def _asked(cls: type) -> list[str]:
     MetricItem.__init__(probe, Controller(lambda: _no_model(cls)))
     try:
         cls.__init__(probe, probe.controller)
-    except KeyError:  # need_parameter of an unknown attribute: lm-debugger's KeyError
+    except (KeyError, DeclarationError):  # an unknown attribute (lm-debugger's KeyError); config read too early
         raise
     except Exception as e:
         raise DeclarationError(f"{cls.__name__}.__init__ failed when declaring it: {type(e).__name__}: {e}") from None
@@ -191,7 +191,8 @@ def _asked(cls: type) -> list[str]:
 
 
 def _no_model(cls: type) -> Any:
-    raise DeclarationError(f"{cls.__name__}.__init__ reads controller.config: it is known only when the metric runs")
+    raise DeclarationError(f"{cls.__name__}.__init__ reads controller.config, which is known only when the metric "
+                           "runs: read it in get_text_outputs")
 
 
 def _takes(fn: Callable[..., Any], name: str) -> bool:

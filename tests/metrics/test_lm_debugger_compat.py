@@ -204,3 +204,22 @@ def test_attributes_interventions_and_added_ones(setup, cache_dir):
             def __init__(self, controller):
                 super().__init__(controller)
                 self.parameters.need_parameter("NOPE")
+
+
+def test_cli_bad_metric_item_file_is_one_line(setup, tmp_path, cache_dir, capsys):
+    tmp, module, cfg = setup
+    bad = tmp_path / "bad_item.py"
+    bad.write_text("from evaldag.metrics.editing.lm_debugger_compat import MetricItem\n\n\n"
+                   "class EarlyConfig(MetricItem):\n"
+                   "    def __init__(self, controller):\n"
+                   "        super().__init__(controller)\n"
+                   "        self.n = controller.config.num_layers\n")
+    out = tmp_path / "out"
+    argv = ["run", "editing", "--quiet", "--model", str(tmp / "model"), "--base-model", str(BASE), "--edits",
+            str(tmp / "edits.json"), "--metrics", "weight_delta_norm", "--add-metric", f"{bad}:EarlyConfig",
+            "--out", str(out), "--cache-dir", str(cache_dir)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"evaldag: error: --add-metric {bad}: importing it failed: DeclarationError: EarlyConfig.__init__ reads "
+                   "controller.config, which is known only when the metric runs: read it in get_text_outputs"]
+    assert not out.exists()
