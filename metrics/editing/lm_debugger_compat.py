@@ -205,28 +205,26 @@ def declare(cls: type) -> ItemDef:
     asked = _asked(cls)
     getters = getters_for(asked, _EXTRA)
     needs = sorted({"model", "edits", *(n for g in getters for n in g.needs)})
-    parents: dict[str, Any] = {}
-    if cls.pre_intervention_hook is not MetricItem.pre_intervention_hook:
-        hook = _hook_def(cls, asked)
-        parents["pre_hook_rv"] = hook()  # the hook node gets the metric's own config (its params)
+    hook = _hook_def(cls, asked) if cls.pre_intervention_hook is not MetricItem.pre_intervention_hook else None
 
     def run_item(params: ItemParams, **inputs: Any) -> Iterator[list]:
         model, edits = inputs["model"], inputs["edits"]
         logits = yield from _logits(model, edits, "model")
         item = _instance(cls, inputs, "model", params)
         attrs = {g.name: g.get(**{n: inputs[n] for n in g.needs}) for g in getters}
-        hook = inputs.get("pre_hook_rv")
+        pre = inputs.get("pre_hook_rv")
         outs = {}
         for i, row in enumerate(edits):
-            out = item.get_text_outputs(row["prompt"], logits[i], pre_hook_rv=None if hook is None else hook[i], **attrs)
+            out = item.get_text_outputs(row["prompt"], logits[i], pre_hook_rv=None if pre is None else pre[i], **attrs)
             if not isinstance(out, Mapping):
                 raise TypeError(f"{cls.__name__}.get_text_outputs must return a dict (edit {i}), got {type(out).__name__}")
             outs[str(i)] = plain(out)
         return _result(cls.__name__, outs, edits)
 
     run_item.__module__, run_item.__qualname__ = cls.__module__, f"{cls.__qualname__}.get_text_outputs"
-    check_inputs(run_item, needs + list(parents), f"MetricItem {cls.__name__}")
-    with_config = (lambda p: {k: hook(**p.model_dump()) for k in parents}) if parents else None
+    check_inputs(run_item, needs + (["pre_hook_rv"] if hook else []), f"MetricItem {cls.__name__}")
+    # the hook node is the parent, configured with the metric's own params (its metric_configs entry)
+    with_config = (lambda p: {"pre_hook_rv": hook(**p.model_dump())}) if hook else None
     m = ItemDef(name=cls.__name__, version=str(getattr(cls, "version", "1")), params=ItemParams, parents=with_config,
                 needs=tuple(needs), fn=run_item, scorer=True, doc=(cls.__doc__ or "").strip(),
                 requests={"model": {"token_logits": ()}}, item=cls)
