@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from scipy.spatial import distance
 
+from evaldag.engine import write_outputs
 from evaldag.metrics.fairness import wefe_compat as wefe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,6 +87,14 @@ def test_lost_words_give_none_and_a_nan_with_its_reason(listing, model, tmp_path
         out = cls(cache_dir=str(tmp_path)).run_query(q, model)
         assert math.isnan(out["result"]) and math.isnan(out["em"])
         assert "attribute set 'Mixed' lost 2 of 4 words (50.0%)" in out["reason"]
+    m = listing.ExampleMetric(cache_dir=str(tmp_path))
+    m.run_query(q, model)
+    write_outputs(m.last_run, tmp_path / "out")  # the node's files: strict JSON, the NaN a null with its reason
+    ev = json.loads((tmp_path / "out" / "WEFE_EVAL.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    summary = json.loads((tmp_path / "out" / "WEFE_SUMMARY.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert ev["query/EM"]["agg_value"] is None and ev["query/EM"]["em"] is None
+    assert "attribute set 'Mixed' lost 2 of 4 words" in ev["query/EM"]["reason"]
+    assert summary["query/EM"]["value"] is None and "lost 2 of 4 words" in summary["query/EM"]["reason"]
 
 
 def test_primary_then_secondary_preprocessing(listing, model, tmp_path):
