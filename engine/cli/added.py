@@ -10,7 +10,8 @@ engine knows nothing of the format). ``.py`` files are imported before any confi
 so a config finds the handlers a file registers, whatever the order of the flags.
 
 Where results land: names and ``.py`` metrics in ``RUN_EVAL.json`` (ungrouped, under their
-name, ``NAME@SPLIT`` when a split was named); a config in its benchmark's
+name, ``NAME@SPLIT`` when a split was named) unless the metric declares a ``default_group``
+(an lm-debugger ``MetricItem``: ``EDITING_EVAL.json``); a config in its benchmark's
 ``<BENCH>_EVAL.json`` under the config's own name.
 
 How it is bound: a metric reads resources by their generic names (``model``, ``data``);

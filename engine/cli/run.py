@@ -60,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                         "An argument naming an existing file is a file, anything else a registered metric name "
                         "(`evaldag list`, a third party's too). NAME and FILE.py (its @metric(s); also the "
                         "@unlearning_metric handlers a config reads): results land in OUT/RUN_EVAL.json / "
-                        "RUN_SUMMARY.json. FILE.yaml|.yml (an open-unlearning metric config, `# @package "
+                        "RUN_SUMMARY.json (an lm-debugger MetricItem class: EDITING_EVAL.json under its class "
+                        "name). FILE.yaml|.yml (an open-unlearning metric config, `# @package "
                         "eval.<bench>.metrics.NAME`): in OUT/<BENCH>_EVAL.json / <BENCH>_SUMMARY.json under NAME. "
                         "Repeatable")
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
