@@ -27,7 +27,7 @@ from evaldag.metrics.editing.weight_delta_norm import weight_delta_norm
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "benchmarks" / "demo" / "assets" / "models" / "target"
-DOC = ROOT / "docs" / "coming-from-wefe-lm-debugger.md"
+DOC = ROOT / "docs" / "coming-from.md"
 
 
 def _section_blocks(heading: str) -> list[str]:

@@ -20,7 +20,7 @@ from evaldag.engine import write_outputs
 from evaldag.metrics.fairness import wefe_compat as wefe
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "coming-from-wefe-lm-debugger.md"
+DOC = ROOT / "docs" / "coming-from.md"
 FIX = ROOT / "tests" / "fixtures" / "wefe"
 SETS = json.loads((FIX / "wefe_word_sets.json").read_text())
 FLOWERS = SETS["weat1_flowers_insects"]["target_sets"][0]
