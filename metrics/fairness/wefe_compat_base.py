@@ -18,12 +18,13 @@ Why the subclass's ``run_query`` is wrapped: so that a user's metric is a graph 
 every evaldag metric. Calling it checks the template first (before anything is read),
 then runs one node, ``WEFE/query/<metric_short_name>``, that needs the ``embeddings``
 resource and takes the query and the call's other arguments as params; its code
-identity is the class's source. A second identical call is served from the cache; an
-edited class, other vectors or other arguments recompute. The node calls the original
+identity is the class's source and its params include the instance's own attributes (what
+its ``__init__`` set). A second identical call is served from the cache; an edited class,
+other vectors, other arguments or another configuration recompute. The node calls the original
 ``run_query`` (on a model made of the same vectors), so the metric computes exactly what
 it computes under WEFE. A NaN ``result`` is stored with its reason (the lookup's, when a
-set lost too many words). ``metric.last_run`` is that run's ``RunResult``. Arguments that
-cannot be params (a callable preprocessor, an array) make the call run directly,
+set lost too many words). ``metric.last_run`` is that run's ``RunResult``. Arguments or
+attributes that cannot be params (a callable preprocessor, an array) make the call run directly,
 uncached, as in WEFE: the value is the same, only the caching is lost.
 """
 
@@ -62,6 +63,7 @@ class UserCall(Params):
     vocab_prefix: str | None = None
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    state: dict[str, Any] = {}  # the instance's own attributes (a metric configured in its __init__)
 
 
 class BaseMetric:
@@ -201,9 +203,10 @@ def _through_graph(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str,
             return fn(self, *args, **kwargs)  # inside the node, or WEFE's own errors to come
         check_template(self, query)  # before anything is read
         rest = {k: v for k, v in kwargs.items() if k not in first}
+        state = {k: v for k, v in vars(self).items() if k not in ("cache_dir", "last_run")}
         call = {"query": query.model_dump(mode="json"), "model_name": model.name,
-                "vocab_prefix": model.vocab_prefix, "args": list(args[2:]), "kwargs": rest}
-        if not _jsonable(call):  # a callable preprocessor, an array: run as WEFE does, uncached
+                "vocab_prefix": model.vocab_prefix, "args": list(args[2:]), "kwargs": rest, "state": state}
+        if not _jsonable(call):  # a callable preprocessor, an array, an object in the instance: run as WEFE does, uncached
             return fn(self, *args, **kwargs)
         declared = metric(f"wefe_user.{type(self).__name__}", version="1", params=UserCall,
                           needs=("embeddings",), register=False)(self._evaldag_node)

@@ -146,3 +146,24 @@ def test_edited_class_recomputes(listing, model, tmp_path):
     out = second.run_query(q, model)
     assert second.last_run.record("WEFE/query/EM").status == "computed"
     assert out["result"] == pytest.approx(-first.run_query(q, model)["result"])
+
+
+def test_a_metric_configured_in_init_is_cached_per_configuration(listing, model, tmp_path):
+    """Instance attributes are params: two configurations are two nodes, never one cached value."""
+    class Scaled(listing.ExampleMetric):
+        metric_short_name = "SEM"
+
+        def __init__(self, scale=1.0, **kw):
+            super().__init__(**kw)
+            self.scale = scale
+
+        def _calc_metric(self, target_embeddings, attribute_embeddings):
+            return self.scale * super()._calc_metric(target_embeddings, attribute_embeddings)
+
+    q = wefe.Query([FLOWERS, WEAPONS], [PLEASANT])
+    one, two = Scaled(1.0, cache_dir=str(tmp_path)), Scaled(2.0, cache_dir=str(tmp_path))
+    a, b = one.run_query(q, model)["result"], two.run_query(q, model)["result"]
+    assert b == pytest.approx(2 * a) and a == pytest.approx(reference([FLOWERS, WEAPONS, PLEASANT]), abs=1e-7)
+    assert two.last_run.record("WEFE/query/SEM").status == "computed"
+    again = Scaled(2.0, cache_dir=str(tmp_path))
+    assert again.run_query(q, model)["result"] == b and again.last_run.record("WEFE/query/SEM").status == "cached"
