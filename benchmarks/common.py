@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
-from ..engine.adapters.hf import HFModel
+from ..engine.adapters.hf import HFModel, is_adapter_dir
+from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
 from ..engine.registry import BENCHMARKS
@@ -88,12 +89,14 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return names, kw
 
 
-QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback")
+QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback", "adapter-base")
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 
 MODEL_FLAGS = (
     _flag("--tokenizer", default=None, help="the tokenizer (DIR or hub id) when --model's folder has none (open-unlearning's "
           "tokenizer_args); with --model openai:URL: the local tokenizer that builds the prompts"),
+    _flag("--adapter-base", default=None, help="with --model ADAPTER_DIR (a PEFT/LoRA adapter): a local copy of its base "
+          "checkpoint, instead of the adapter_config.json's base_model_name_or_path"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
@@ -197,13 +200,18 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     quals = dict(opts.backend_options.get(role, {}))
     parsed = spec.parse(path, flag)
     tokenizer = quals.pop("tokenizer", None) if parsed.scheme == "hf" else None
+    adapter_base = quals.pop("adapter_base", None) if parsed.scheme == "hf" else None
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
             names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
             raise ValueError(f"{names}: only for a server model ({flag} openai:URL), not {flag} {path}")
         return spec.resolve(path, flag, **quals)
     path = parsed.target
-    check_model(path, opts, flag, tokenizer)
+    check_model(path, opts, flag, tokenizer, adapter_base)
+    if adapter_base or is_adapter_dir(path):  # a PEFT adapter over its base (engine/adapters/hf_peft.py)
+        return HFModel(path, adapter_base=adapter_base, dtype=opts.dtype, device=opts.device,
+                       attention_mask=opts.attention_mask, device_map=opts.device_map,
+                       max_memory=parse_max_memory(opts.max_memory))
     if tokenizer:  # open-unlearning's tokenizer_args: part of the fingerprint
         return HFModelTokenizer(path, tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
                                 device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
@@ -223,11 +231,16 @@ def model_resources(opts: ModelOptions) -> dict[str, Any]:
     return out
 
 
-def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer: str | None = None) -> None:
+def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer: str | None = None,
+                adapter_base: str | None = None) -> None:
     """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
     cache when offline), its tokenizer has a chat template when the prompt needs one, and
     the device exists. Each problem is one ValueError naming the flag and the value."""
     folder = checkpoint_folder(path, flag)
+    if folder is not None and (adapter_base or is_adapter_dir(folder)):  # an adapter: its base is checked as the model
+        base = check_adapter(folder, adapter_base, flag, tokenizer)
+        tokenizer = str(folder) if has_tokenizer(folder) else None  # else the base's own, checked as usual
+        path, flag, folder = base, f"{flag} {path}: its base", checkpoint_folder(base, flag)
     if folder is not None:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")

@@ -111,7 +111,8 @@ def make_edited_checkpoint(base_dir: str | Path, out_dir: str | Path, edits: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evaldag.benchmarks.editing.make_edit", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evaldag.benchmarks.editing.make_edit", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("base_dir")
     p.add_argument("out_dir")
     p.add_argument("--edits", default=None, help="edit file (default: the shipped set)")

@@ -32,6 +32,7 @@ from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
                         model_files as _model_files, model_names as _names)
+from .hf_pad import dedicated_pad_files as _dedicated_pad_files, dedicated_pad_object as _dedicated_pad_object
 from .placement import check_device_map, placement, placement_kwargs
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
@@ -40,6 +41,18 @@ __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_CLASS: list[type] = []  # hf_peft.HFPeftModel, registered when the adapters package is imported
+
+
+def is_adapter_dir(path: Any) -> bool:
+    """A local folder holding a PEFT adapter (its ``adapter_config.json``), not a full checkpoint."""
+    try:
+        return (Path(str(path)).expanduser() / ADAPTER_CONFIG).is_file()
+    except OSError:
+        return False
 
 
 def _digest(*parts: str) -> str:
@@ -67,6 +80,14 @@ class HFModel(ModelResource):
     """
 
     kind = "model"
+
+    def __new__(cls, path_or_id: Any = None, *args: Any, **kwargs: Any) -> "HFModel":
+        """``HFModel(ADAPTER_DIR)`` is a PEFT adapter (``adapter_config.json``; hf_peft.py): its
+        fingerprint must hold its base model's and its adapter config, which a plain folder
+        hash of the adapter's own weights misses (a changed ``lora_alpha`` kept the old one)."""
+        if cls is HFModel and ADAPTER_CLASS and path_or_id is not None and is_adapter_dir(path_or_id):
+            cls = ADAPTER_CLASS[0]
+        return super().__new__(cls)
 
     def __init__(self, path_or_id: str | os.PathLike, dtype: str = "auto", device: str = "auto",
                  attn_implementation: str | None = None, attention_mask: str = "reference",
@@ -148,7 +169,7 @@ class HFModel(ModelResource):
             root = Path(self.path).expanduser()
             files = _model_files(root)
             if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
-                raise FileNotFoundError(f"HFModel: no *.safetensors or *.bin weights in {root}")
+                raise FileNotFoundError(f"HFModel: no model*.safetensors or pytorch_model*.bin weights in {root}")
             self._snapshot = FolderSnapshot.take(root, files, file_sha256)  # stats kept to notice a later change
             return _digest("hf-dir-1", *(f"{n}={d}" for n, (_, d) in self._snapshot.files.items()), f"dtype={dtype}", *mask)
         # A hub id: the resolved commit of a locally cached snapshot identifies the weights.
@@ -287,63 +308,6 @@ def _ensure_pad(tokenizer: Any) -> None:
 def _check_mask_mode(mode: str) -> None:
     if mode not in ATTENTION_MASKS:
         raise ValueError(f"HFModel: attention_mask must be one of {ATTENTION_MASKS}, not {mode!r}")
-
-
-def _template_text(template: Any) -> str:
-    """Every string of a chat template (a string, or a list of {name, template} dicts)."""
-    if isinstance(template, str):
-        return template
-    if isinstance(template, dict):
-        return "\n".join(_template_text(v) for v in template.values())
-    if isinstance(template, (list, tuple)):
-        return "\n".join(_template_text(v) for v in template)
-    return ""
-
-
-def _dedicated_pad_object(tok: Any) -> bool:
-    """The tokenizer's pad is its own token: not bos/eos/unk, not in the chat template."""
-    pad = tok.pad_token_id
-    if pad is None or pad in {tok.bos_token_id, tok.eos_token_id, tok.unk_token_id}:
-        return False
-    return str(tok.pad_token) not in _template_text(getattr(tok, "chat_template", None))
-
-
-def _token_content(value: Any) -> str | None:
-    if isinstance(value, dict):  # a serialized AddedToken
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
-def _dedicated_pad_files(root: Path) -> bool:
-    """:func:`_dedicated_pad_object` from tokenizer_config.json and special_tokens_map.json.
-
-    Both files are read and every value they give a token counts; when the pad or the eos
-    is not found in either (pad = eos, or special tokens this cannot see), the answer is
-    False, the safe side.
-    """
-    found: dict[str, set[str]] = {k: set() for k in ("pad_token", "eos_token", "bos_token", "unk_token")}
-    template = []
-    for name in ("tokenizer_config.json", "special_tokens_map.json", "chat_template.json"):
-        try:
-            data = json.loads((root / name).read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        for key, values in found.items():
-            content = _token_content(data.get(key))
-            if content is not None:
-                values.add(content)
-        template.append(_template_text(data.get("chat_template")))
-    try:
-        template.append((root / "chat_template.jinja").read_text())
-    except OSError:
-        pass
-    pads, others = found["pad_token"], found["eos_token"] | found["bos_token"] | found["unk_token"]
-    if len(pads) != 1 or not found["eos_token"]:
-        return False
-    (pad,) = pads
-    return pad not in others and pad not in "\n".join(template)
 
 
 def _resolve_device(device: str) -> str:

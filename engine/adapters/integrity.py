@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,11 @@ from typing import Any, Callable
 from ..cache.filehash import hash_file
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# The weight files transformers (and peft, for an adapter) actually read: ``model.safetensors``,
+# ``pytorch_model.bin``, their ``-00001-of-00002`` shards, ``adapter_model.*``. A Trainer
+# checkpoint also holds ``training_args.bin``, ``optimizer.pt``, ``rng_state.pth``: hashing
+# those would give every resumed run a new fingerprint for the same weights.
+WEIGHT_FILE = re.compile(r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)$")
 # Everything besides the weights that changes what the model computes or how text is
 # tokenized. config.json / generation_config.json are included too: rope settings or a
 # repetition penalty change the numbers as surely as the weights do.
@@ -34,12 +40,16 @@ OTHER_FILES = (
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
     "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
     "tokenizer.model", "spiece.model", "chat_template.jinja", "chat_template.json",
+    "model.safetensors.index.json", "pytorch_model.bin.index.json", "adapter_config.json",
 )
 
 
 def model_files(root: Path) -> list[Path]:
-    """The files that make up a folder model: weights, config, tokenizer (what the fingerprint hashes)."""
-    return sorted(p for p in root.iterdir() if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in OTHER_FILES))
+    """The files that make up a folder model: weights, config, tokenizer (what the fingerprint hashes).
+
+    Only files that loading reads (:data:`WEIGHT_FILE`, :data:`OTHER_FILES`): a trainer's
+    ``training_args.bin`` or optimizer state beside the weights changes nothing computed."""
+    return sorted(p for p in root.iterdir() if p.is_file() and (WEIGHT_FILE.match(p.name) or p.name in OTHER_FILES))
 
 
 def model_names(root: Path) -> set[str]:

@@ -1,0 +1,70 @@
+"""Whether a tokenizer's pad token is its own token, decided without loading anything.
+
+``HFModel.mask_mode_matters`` asks this: open-unlearning's ``ids != pad`` masking and
+padding-only masking give different numbers only where a real token equals the pad id,
+which cannot happen with a dedicated pad token. Read from the tokenizer object, or from
+the tokenizer files alone (so a warm rerun imports no transformers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _template_text(template: Any) -> str:
+    """Every string of a chat template (a string, or a list of {name, template} dicts)."""
+    if isinstance(template, str):
+        return template
+    if isinstance(template, dict):
+        return "\n".join(_template_text(v) for v in template.values())
+    if isinstance(template, (list, tuple)):
+        return "\n".join(_template_text(v) for v in template)
+    return ""
+
+
+def dedicated_pad_object(tok: Any) -> bool:
+    """The tokenizer's pad is its own token: not bos/eos/unk, not in the chat template."""
+    pad = tok.pad_token_id
+    if pad is None or pad in {tok.bos_token_id, tok.eos_token_id, tok.unk_token_id}:
+        return False
+    return str(tok.pad_token) not in _template_text(getattr(tok, "chat_template", None))
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, dict):  # a serialized AddedToken
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def dedicated_pad_files(root: Path) -> bool:
+    """:func:`dedicated_pad_object` from tokenizer_config.json and special_tokens_map.json.
+
+    Both files are read and every value they give a token counts; when the pad or the eos
+    is not found in either (pad = eos, or special tokens this cannot see), the answer is
+    False, the safe side.
+    """
+    found: dict[str, set[str]] = {k: set() for k in ("pad_token", "eos_token", "bos_token", "unk_token")}
+    template = []
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "chat_template.json"):
+        try:
+            data = json.loads((root / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key, values in found.items():
+            content = _token_content(data.get(key))
+            if content is not None:
+                values.add(content)
+        template.append(_template_text(data.get("chat_template")))
+    try:
+        template.append((root / "chat_template.jinja").read_text())
+    except OSError:
+        pass
+    pads, others = found["pad_token"], found["eos_token"] | found["bos_token"] | found["unk_token"]
+    if len(pads) != 1 or not found["eos_token"]:
+        return False
+    (pad,) = pads
+    return pad not in others and pad not in "\n".join(template)
