@@ -239,8 +239,13 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
     folder = checkpoint_folder(path, flag)
     if folder is not None and (adapter_base or is_adapter_dir(folder)):  # an adapter: its base is checked as the model
         base = check_adapter(folder, adapter_base, flag, tokenizer)
-        tokenizer = str(folder) if has_tokenizer(folder) else None  # else the base's own, checked as usual
-        path, flag, folder = base, f"{flag} {path}: its base", checkpoint_folder(base, flag)
+        base_folder = checkpoint_folder(base, flag)
+        if base_folder is not None and not (base_folder / "config.json").is_file():
+            raise ValueError(f"{flag} {path}: its base {base}: no config.json there, so not a model checkpoint folder")
+        if not has_tokenizer(folder) and base_folder is not None and not has_tokenizer(base_folder):
+            raise ValueError(f"{flag} {path}: no tokenizer in the adapter's folder nor in its base {base}")
+        tokenizer = str(folder if has_tokenizer(folder) else base_folder or base)  # the adapter's own, else the base's
+        path, flag, folder = base, f"{flag} {path}: its base", base_folder
     if folder is not None:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")

@@ -130,7 +130,11 @@ class HFPeftModel(HFModel):
         if not any(p.name in ADAPTER_WEIGHTS for p in files):
             raise FileNotFoundError(f"HFPeftModel: no adapter_model.safetensors or adapter_model.bin in {root}")
         self._snapshot = FolderSnapshot.take(root, files, file_sha256)
-        own = (f"{n}={d}" for n, (_, d) in self._snapshot.files.items())
+        own = [f"{n}={d}" for n, (_, d) in self._snapshot.files.items() if n != ADAPTER_CONFIG]
+        # the config without the base's name: the base counts by its own fingerprint, so the
+        # same adapter over a copy of its base elsewhere (--adapter-base) shares the cache
+        conf = {k: v for k, v in adapter_config(root).items() if k != "base_model_name_or_path"}
+        own.append(f"{ADAPTER_CONFIG}={_digest(json.dumps(conf, sort_keys=True, default=str))}")
         return _digest("hf-peft-1", f"base={self.base.fingerprint()}", *own, *mask)
 
     def encoder(self) -> HFEncoder:

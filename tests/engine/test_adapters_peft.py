@@ -125,3 +125,78 @@ def test_only_the_files_a_model_loads_are_hashed(tmp_path):
     assert HFModel(str(ckpt)).fingerprint() == before
     (ckpt / "training_args.bin").write_bytes(b"trainer state 2")
     assert HFModel(str(ckpt)).fingerprint() == before
+
+
+# ----------------------------------------------------------------------------- the CLI, a sweep
+
+
+def _model_record(out: Path) -> dict:
+    resources = json.loads((out / "run.json").read_text())["provenance"]["resources"]
+    return resources["model"]
+
+
+def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoints(adapters, tmp_path):
+    from evaldag.engine.adapters import hf_peft
+
+    out, cache = tmp_path / "sweep", tmp_path / "cache"
+    loads = hf_peft._BASE.loads
+    assert cli.main([*ARGS, "--model", str(adapters["a"]), "--model", str(adapters["b"]), "--out", str(out),
+                     "--cache-dir", str(cache)]) == 0
+    assert hf_peft._BASE.loads == loads + 1  # one base for both adapters, switched with set_adapter
+    base = hf_peft._BASE.peft
+    assert base is not None and not any("merged" in n for n, _ in base.named_modules())  # adapters kept apart
+    record = _model_record(out / "lora-a")
+    assert record["source"] == "adapter" and record["adapter"] == str(adapters["a"].resolve())
+    assert record["base"]["path"] == str(BASE.resolve()) and record["peft_type"] == "LORA"
+
+    for name in ("a", "b"):  # each adapter's numbers = its merged checkpoint evaluated as a plain one
+        merged = _merged(adapters[name], tmp_path / f"merged-{name}")
+        alone = tmp_path / f"alone-{name}"
+        assert cli.main([*ARGS, "--model", str(merged), "--out", str(alone), "--cache-dir", str(tmp_path / "c2")]) == 0
+        got, want = _values(out / f"lora-{name}"), _values(alone)
+        prob = "forget_Q_A_Prob"
+        assert got[prob].keys() == want[prob].keys() and len(got[prob]) > 3
+        worst = max(abs(got[prob][k]["prob"] - want[prob][k]["prob"]) for k in got[prob])
+        assert worst < 1e-5, worst
+    assert _values(out / "lora-a") != _values(out / "lora-b")
+
+
+def _error(argv: list[str], capsys) -> str:
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("evaldag: error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_bad_adapters_are_one_line_each_and_write_nothing(adapters, tmp_path, capsys):
+    from evaldag.engine.adapters.hf import HFModel
+
+    out = tmp_path / "out"
+    run = [*ARGS, "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    # a base that is neither a folder nor in the hub cache, offline: named, with the way out
+    lost = shutil.copytree(adapters["a"], tmp_path / "lost-base")
+    conf = json.loads((lost / "adapter_config.json").read_text())
+    (lost / "adapter_config.json").write_text(json.dumps({**conf, "base_model_name_or_path": "nobody/no-such-base"}))
+    err = _error([*run, "--model", str(lost)], capsys)
+    assert f"--model {lost}: the base model 'nobody/no-such-base' (base_model_name_or_path in adapter_config.json)" in err
+    assert "--adapter-base DIR" in err
+    # --adapter-base: a local copy of the base, the same fingerprint as the configured base
+    assert HFModel(str(lost), adapter_base=str(BASE)).fingerprint() == HFModel(str(adapters["a"])).fingerprint()
+    err = _error([*run, "--model", str(lost), "--adapter-base", str(tmp_path / "nowhere")], capsys)
+    assert err == f"evaldag: error: --adapter-base {tmp_path / 'nowhere'}: no such folder"
+    err = _error([*run, "--model", str(BASE), "--adapter-base", str(BASE)], capsys)  # not an adapter
+    assert err == f"evaldag: error: --adapter-base: --model {BASE} is not an adapter folder (no adapter_config.json)"
+    err = _error([*run, "--model", str(adapters["a"]), "--tokenizer", str(BASE)], capsys)
+    assert "an adapter takes its tokenizer from its own folder or its base's, not --tokenizer" in err
+    # no tokenizer in the adapter nor in its base (the first-hour refusal, for adapters)
+    bare = tmp_path / "bare-base"
+    bare.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(BASE / name, bare / name)
+    err = _error([*run, "--model", str(adapters["a"]), "--adapter-base", str(bare)], capsys)
+    assert err == f"evaldag: error: --model {adapters['a']}: no tokenizer in the adapter's folder nor in its base {bare}"
+    (tmp_path / "empty").mkdir()
+    err = _error([*run, "--model", str(adapters["a"]), "--adapter-base", str(tmp_path / "empty")], capsys)
+    assert "no config.json there" in err and str(adapters["a"]) in err
+    assert not out.exists()
