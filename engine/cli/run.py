@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -18,9 +17,10 @@ from ..registry import BENCHMARKS
 from ..report import write_report_html
 from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
+from ..distributed.checkpoints import shared_graph
 from ..executor import Executor
 from ..graph import Graph, GraphError
-from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, staged, write
+from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, write
 from ..planner import plan
 from ..redact import redact_argv
 from ..resources import MissingResource, ResourceSet
@@ -28,8 +28,7 @@ from .. import runlog
 from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
-from .sweep import folder_names
-from ..sweepdir import SWEEP_FILE, comparison, sweep_record, table_text
+from .sweep_run import run_sweep
 from .types import positive_float, positive_int
 
 
@@ -199,30 +198,7 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
         return 2
     if len(models) < 2:  # one run (the usual case)
         return _one(for_model(args, models[0]), benches, group, out, report=True)
-    try:
-        check_names(out, ["report.html", SWEEP_FILE])  # the sweep's report must not replace a page evaldag did not write
-    except NotOurs as e:
-        print(f"evaldag: error: {e}", file=sys.stderr)
-        return 2
-    codes, names = [], folder_names(models)
-    for path, name in zip(models, names):  # a sweep: one run per checkpoint, each its own Namespace
-        codes.append(_one(for_model(args, path), benches, group, out / name, report=False, label=f"{name} ({path})"))
-        if codes[-1] in (2, 130) or (group is not None and group.broken):
-            return codes[-1]
-    if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
-        table = comparison([(name, out / name) for name in names])
-        try:
-            with staged(out) as stage:
-                write_report_html([out / name for name in names], stage / "report.html")
-                record = sweep_record(names, models, [b.name for b in benches], table)
-                (stage / SWEEP_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        except (CacheWriteError, NotOurs, ValueError) as e:
-            print(f"evaldag: error: {e}", file=sys.stderr)
-            return 2
-        if not args.quiet:  # the sweep ends with the table that compares its checkpoints
-            print(f"\n{table_text(table, names)}\n")
-            print(f"evaldag: {len(models)} checkpoints -> {out / 'report.html'}, {out / SWEEP_FILE}")
-    return max(codes)
+    return run_sweep(args, benches, group, out, models, _one)  # several checkpoints (cli/sweep_run.py)
 
 
 def interrupted(cache: Cache | None, executor: Executor | None) -> str:
@@ -234,8 +210,8 @@ def interrupted(cache: Cache | None, executor: Executor | None) -> str:
 
 
 def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool,
-         label: str | None = None) -> int:
-    held: dict = {}  # the cache and executor, once built
+         label: str | None = None, shared_only: bool = False) -> int:
+    held: dict = {"shared_only": shared_only}  # the cache and executor, once built
     try:
         return _one_run(args, benches, group, out, report, held, label)
     except KeyboardInterrupt:  # no traceback: what was stored stays stored
@@ -257,7 +233,11 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
             nodes += n
             resources.update(res)
         nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
-        plan(Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
+        if held["shared_only"]:  # a checkpoint-parallel sweep's first step: only what every checkpoint shares
+            nodes = shared_graph(Graph(nodes), resources)
+            if nodes is None:
+                return 0
+        plan(nodes if isinstance(nodes, Graph) else Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
         cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
         cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
         with cache.filehash.active():  # a resource that can check its input does so once, up front
@@ -273,15 +253,15 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
         result = run(nodes, resources, cache=cache, executor=executor, n_jobs=args.n_jobs,
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
-                     provenance={"command": args.command_line})
+                     provenance={"command": args.command_line, **getattr(args, "sweep_provenance", {})})
     except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)
         return 2
     done = launch.finish(group, result)  # only rank 0 writes the outputs
-    if done is not None:
-        return done
+    if done is not None or held["shared_only"]:
+        return done if done is not None else (0 if result.ok else 1)
     # a benchmark may write its own files too (WEAT: {query: {metric: fields}}); all are one set
     also = [lambda res, folder, b=b, cfg=cfg: b.write_outputs(res, folder, cfg) for b, cfg in zip(benches, cfgs)]
     if report:  # the report is part of the set: drawn from the staged files, titled after OUT

@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nproc-per-node", default="1", help="with --launcher torchrun: processes per node (e.g. GPUs)")
     g.add_argument("--nnodes", default="1", help="with --launcher torchrun: number of nodes (needs --rdzv-endpoint)")
     g.add_argument("--rdzv-endpoint", default=None, help="with --launcher torchrun and --nnodes > 1: HOST:PORT of the c10d rendezvous")
+    g.add_argument("--parallel", choices=["auto", "checkpoints", "requests"], default="auto",
+                   help="a sweep under torchrun: 'checkpoints' gives each rank whole checkpoints (each loaded once, "
+                        "the retain/reference work done once by all); 'requests' spreads every checkpoint's requests "
+                        "over all ranks; 'auto' (default): checkpoints when there are at least as many as ranks")
 
 
 def torchrun_command(argv: list[str], args: argparse.Namespace) -> list[str]:
