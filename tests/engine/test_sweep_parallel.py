@@ -81,3 +81,21 @@ def test_two_ranks_with_whole_checkpoints_give_the_one_process_sweep(tmp_path):
     for n in names:  # each checkpoint loaded once, alone on its rank; the retain side came from the shared step
         ex = _run_json(out / n)["executor"]
         assert ex["models_loaded"] == [fps[n]] and "world_size" not in ex, (n, ex["models_loaded"])
+
+
+def test_adapters_of_different_bases_run_grouped_by_base_and_the_plan_says_so(tmp_path):
+    from evaldag.engine.cli.sweep_run import by_base
+
+    def adapter(name: str, base: str) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+        return str(tmp_path / name)
+
+    models = [adapter("a1", "/b/one"), str(TINY / "target"), adapter("b1", "/b/two"), adapter("a2", "/b/one"),
+              adapter("b2", "/b/two")]
+    order, note = by_base(models)
+    assert order == [models[0], models[3], models[1], models[2], models[4]]
+    assert note == ("evaldag: sweep: 4 adapter(s) over 2 base(s), run grouped by base, each base loaded once per "
+                    "group: 2 over /b/one, 2 over /b/two")
+    assert by_base(models, adapter_base="/copy")[0] == [models[0], models[2], models[3], models[4], models[1]]
+    assert by_base([str(TINY / "target"), str(TINY / "retain")]) == ([str(TINY / "target"), str(TINY / "retain")], None)
