@@ -149,6 +149,11 @@ class HFPeftModel(HFModel):
                 self._encoder = HFEncoder(tok)
         return self._encoder
 
+    def verify_unchanged(self) -> None:
+        """The adapter's files and the base's (both fingerprinted) are still the ones hashed."""
+        super().verify_unchanged()
+        self.base.verify_unchanged()
+
     def describe(self) -> dict:
         """The adapter's folder and its base's own description (run.json's provenance)."""
         out = super().describe()
@@ -238,6 +243,12 @@ class _SharedBase:
 
 _BASE = _SharedBase()
 ADAPTER_CLASS.append(HFPeftModel)
+
+
+def release_shared_base() -> None:
+    """Free the kept base model (a sweep calls it when it moves past a base's adapters, so a
+    plain checkpoint never shares the device with an unused base)."""
+    _BASE.release()
 
 
 def check_adapter(folder: str | os.PathLike, adapter_base: str | None, flag: str = "--model",

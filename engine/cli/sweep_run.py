@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..adapters.hf import is_adapter_dir
-from ..adapters.hf_peft import AdapterError, adapter_config
+from ..adapters.hf_peft import AdapterError, adapter_config, release_shared_base
 from ..cache import CacheWriteError
 from ..distributed.checkpoints import assign, choose_mode
 from ..distributed.group import RankFailure
@@ -76,7 +76,9 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     names = dict(zip(models, folder_names(models)))
-    ranks = assign(order, group.world) if mode == "checkpoints" else None
+    ranks = None  # checkpoints: each rank's own, largest first, then adapters of one base together
+    if mode == "checkpoints":
+        ranks = [by_base(ms, getattr(args, "adapter_base", None))[0] for ms in assign(order, group.world)]
     block = {"parallel": mode, "why": why, "checkpoints": [names[m] for m in order]}
     if ranks is not None:
         block["by_rank"] = {str(r): [names[m] for m in ms] for r, ms in enumerate(ranks)}
@@ -88,6 +90,7 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
     if ranks is None:
         codes = []
         for m in order:  # one run per checkpoint, each its own Namespace
+            _next_base(m, args)
             codes.append(one(for_model(args, m), benches, group, out / names[m], report=False, label=f"{names[m]} ({m})"))
             if codes[-1] in (2, 130) or (group is not None and group.broken):
                 return codes[-1]
@@ -122,6 +125,7 @@ def _by_checkpoint(args: argparse.Namespace, benches: list, group: Any, out: Pat
         return code
     codes = [code]
     for m in mine:
+        _next_base(m, args)
         codes.append(one(for_model(args, m), benches, None, out / names[m], report=False, label=f"{names[m]} ({m})"))
         if codes[-1] in (2, 130):
             break
@@ -130,3 +134,14 @@ def _by_checkpoint(args: argparse.Namespace, benches: list, group: Any, out: Pat
     except RankFailure as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 1
+
+
+_current: list = [None]  # the base of the adapter run last in this process
+
+
+def _next_base(spec: str, args: argparse.Namespace) -> None:
+    """Past the last adapter of a base: free that base before the next model loads."""
+    base = base_of(spec, getattr(args, "adapter_base", None))
+    if base != _current[0]:
+        release_shared_base()
+    _current[0] = base

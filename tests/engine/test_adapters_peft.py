@@ -139,6 +139,7 @@ def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoin
     from evaldag.engine.adapters import hf_peft
 
     out, cache = tmp_path / "sweep", tmp_path / "cache"
+    hf_peft._BASE.release()  # an earlier test's base (the same one) would otherwise be reused
     loads = hf_peft._BASE.loads
     assert cli.main([*ARGS, "--model", str(adapters["a"]), "--model", str(adapters["b"]), "--out", str(out),
                      "--cache-dir", str(cache)]) == 0
@@ -157,6 +158,7 @@ def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoin
         prob = "forget_Q_A_Prob"
         assert got[prob].keys() == want[prob].keys() and len(got[prob]) > 3
         worst = max(abs(got[prob][k]["prob"] - want[prob][k]["prob"]) for k in got[prob])
+        print(f"adapter {name} vs its merged checkpoint: max |d prob| {worst:.2e}")
         assert worst < 1e-5, worst
     assert _values(out / "lora-a") != _values(out / "lora-b")
 
@@ -200,3 +202,16 @@ def test_bad_adapters_are_one_line_each_and_write_nothing(adapters, tmp_path, ca
     err = _error([*run, "--model", str(adapters["a"]), "--adapter-base", str(tmp_path / "empty")], capsys)
     assert "no config.json there" in err and str(adapters["a"]) in err
     assert not out.exists()
+
+
+def test_without_peft_or_with_a_broken_config_an_adapter_is_one_line(adapters, tmp_path, capsys, monkeypatch):
+    run = [*ARGS, "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
+    broken = shutil.copytree(adapters["a"], tmp_path / "broken")
+    (broken / "adapter_config.json").write_text("{not json")
+    err = _error([*run, "--model", str(broken)], capsys)
+    assert err.startswith(f"evaldag: error: {broken / 'adapter_config.json'}: cannot be read as JSON"), err
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)  # `import peft` now fails as if not installed
+    err = _error([*run, "--model", str(adapters["a"])], capsys)
+    assert err == (f"evaldag: error: --model {adapters['a']} is a PEFT adapter (adapter_config.json); loading it "
+                   "needs peft: pip install 'evaldag[peft]'")
+    assert not (tmp_path / "out").exists()
