@@ -182,11 +182,26 @@ class _PeftHFAdapter(HFAdapter):
 
     def __init__(self, model: Any, tokenizer: Any, owner: HFPeftModel, **kw: Any):
         super().__init__(model, tokenizer, **kw)
-        self.adapter_name = owner.adapter_name
+        self.adapter_name, self.peft = owner.adapter_name, _BASE.peft  # its own base, even once another is kept
 
     def run_batch(self, requests: Any) -> list[Any]:
-        _BASE.use(self.adapter_name)
+        _switch(self.peft, self.adapter_name)
         return super().run_batch(requests)
+
+
+def _switch(peft: Any, name: str) -> None:
+    """Make adapter ``name`` the current one (``set_adapter`` also marks it trainable: undone)."""
+    if peft.active_adapter != name:
+        peft.set_adapter(name)
+        _grads_like_merged(peft)
+
+
+def _grads_like_merged(peft: Any) -> None:
+    """Gradients (per-sample gradient norms) as for the merged checkpoint: ``W + delta`` has the
+    gradient of ``W``, so the base weights take them and the adapter's own parameters do not."""
+    prefix = getattr(peft.base_model, "prefix", "lora_")
+    for name, p in peft.get_base_model().named_parameters():
+        p.requires_grad_(prefix not in name)
 
 
 class _SharedBase:
@@ -223,11 +238,11 @@ class _SharedBase:
         self.owners[m.adapter_name] = weakref.ref(m)
         self.use(m.adapter_name)
         self.peft.eval()
-        return self.peft.get_base_model()  # LoRA layers injected in place; the head split still works
+        _grads_like_merged(self.peft)
+        return self.peft.get_base_model()  # adapter layers injected in place; the head split still works
 
     def use(self, name: str) -> None:
-        if self.peft.active_adapter != name:
-            self.peft.set_adapter(name)
+        _switch(self.peft, name)
 
     def release(self) -> None:
         """Free the base (before another base loads)."""

@@ -141,7 +141,8 @@ def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoin
     out, cache = tmp_path / "sweep", tmp_path / "cache"
     hf_peft._BASE.release()  # an earlier test's base (the same one) would otherwise be reused
     loads = hf_peft._BASE.loads
-    assert cli.main([*ARGS, "--model", str(adapters["a"]), "--model", str(adapters["b"]), "--out", str(out),
+    sweep = [a if a != "forget_Q_A_Prob,forget_Q_A_ROUGE" else a + ",mia_gradnorm" for a in ARGS]
+    assert cli.main([*sweep, "--model", str(adapters["a"]), "--model", str(adapters["b"]), "--out", str(out),
                      "--cache-dir", str(cache)]) == 0
     assert hf_peft._BASE.loads == loads + 1  # one base for both adapters, switched with set_adapter
     base = hf_peft._BASE.peft
@@ -153,13 +154,17 @@ def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoin
     for name in ("a", "b"):  # each adapter's numbers = its merged checkpoint evaluated as a plain one
         merged = _merged(adapters[name], tmp_path / f"merged-{name}")
         alone = tmp_path / f"alone-{name}"
-        assert cli.main([*ARGS, "--model", str(merged), "--out", str(alone), "--cache-dir", str(tmp_path / "c2")]) == 0
+        assert cli.main([*sweep, "--model", str(merged), "--out", str(alone), "--cache-dir", str(tmp_path / "c2")]) == 0
         got, want = _values(out / f"lora-{name}"), _values(alone)
         prob = "forget_Q_A_Prob"
         assert got[prob].keys() == want[prob].keys() and len(got[prob]) > 3
         worst = max(abs(got[prob][k]["prob"] - want[prob][k]["prob"]) for k in got[prob])
         print(f"adapter {name} vs its merged checkpoint: max |d prob| {worst:.2e}")
         assert worst < 1e-5, worst
+        # per-sample gradient norms too: the base weights take the gradient of the merged ones
+        g, w = (json.loads((o / "TOFU_EVAL.json").read_text())["mia_gradnorm"]["forget"]["value_by_index"]
+                for o in (out / f"lora-{name}", alone))
+        assert g.keys() == w.keys() and all(g[k]["score"] == pytest.approx(w[k]["score"], rel=1e-4) for k in g)
     assert _values(out / "lora-a") != _values(out / "lora-b")
 
 
