@@ -21,6 +21,7 @@ imported inside functions only.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import weakref
@@ -91,12 +92,11 @@ def has_tokenizer(folder: Path) -> bool:
 
 
 def require_peft(what: str) -> None:
-    """peft is an optional extra: one line saying how to install it."""
-    try:
-        import peft  # noqa: F401
-    except ImportError:
+    """peft is an optional extra: one line saying how to install it. Looked up, not imported
+    (importing peft imports torch, which a warm rerun must not pay for)."""
+    if importlib.util.find_spec("peft") is None:
         raise AdapterError(f"{what} is a PEFT adapter ({ADAPTER_CONFIG}); loading it needs peft: "
-                           "pip install 'evaldag[peft]'") from None
+                           "pip install 'evaldag[peft]'")
 
 
 class HFPeftModel(HFModel):

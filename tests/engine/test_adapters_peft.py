@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,11 +100,21 @@ def test_an_adapters_fingerprint_holds_its_base_and_its_config(adapters, tmp_pat
     assert HFModel(str(adapters["a"])).fingerprint() == a.fingerprint()
 
 
+WARM = ("import json, sys\nfrom evaldag.engine import cli\nassert cli.main(json.loads(sys.argv[1])) == 0\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules)))")
+
+
 def test_a_changed_lora_alpha_recomputes_instead_of_serving_the_old_numbers(adapters, tmp_path):
     """The reported bug: lora_alpha 8 -> 32 moved the logits but kept the fingerprint, so the
     cache served the old adapter's numbers."""
     cache = tmp_path / "cache"
     assert cli.main([*ARGS, "--model", str(adapters["a"]), "--out", str(tmp_path / "o8"), "--cache-dir", str(cache)]) == 0
+    warm = subprocess.run([sys.executable, "-c", WARM, json.dumps([*ARGS, "--model", str(adapters["a"]), "--out",
+                                                                     str(tmp_path / "warm"), "--cache-dir", str(cache)])],
+                          capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0, warm.stderr
+    assert json.loads(warm.stdout.strip().splitlines()[-1]) == []  # a warm rerun of an adapter: no torch, no peft
+    assert _values(tmp_path / "warm") == _values(tmp_path / "o8")
     conf = json.loads((adapters["a"] / "adapter_config.json").read_text())
     alpha = shutil.copytree(adapters["a"], tmp_path / "a32")
     (alpha / "adapter_config.json").write_text(json.dumps({**conf, "lora_alpha": 32}))
