@@ -85,7 +85,8 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
     args.sweep_provenance = {"sweep": block}  # run.json of every checkpoint (cli/run.py)
     writer = group is None or group.is_writer
     if writer and not args.quiet:
-        for line in filter(None, [note, f"evaldag: sweep: {len(models)} checkpoints, {mode} ({why})"]):
+        mode_line = f"evaldag: sweep: {len(models)} checkpoints on {group.world} ranks, {mode} ({why})" if group else None
+        for line in filter(None, [note, mode_line]):
             print(line, file=sys.stderr)
     if ranks is None:
         codes = []
