@@ -27,7 +27,7 @@ from .. import runlog
 from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
-from .sweep import folder_names
+from .sweep import folder_names, shard_record, take_shard
 from .types import positive_float, positive_int
 
 
@@ -190,22 +190,40 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
-    if len(models) < 2:  # one run (the usual case)
+    shard = getattr(args, "shard", None)
+    if shard is not None:  # one share of the sweep, laid out as the whole sweep would be
+        if models == [None]:
+            print("evaldag: error: --shard needs the checkpoints of the sweep (--model, repeated, a glob or @FILE)",
+                  file=sys.stderr)
+            return 2
+        models, names = take_shard(models, shard)
+        if not models:
+            print(f"evaldag: shard {shard[0]}/{shard[1]} has no checkpoints (fewer checkpoints than shards); "
+                  "nothing to do", file=sys.stderr)
+            return 0
+    elif len(models) < 2:  # one run (the usual case)
         return _one(for_model(args, models[0]), benches, group, out, report=True)
+    else:
+        names = folder_names(models)
     try:
         check_names(out, ["report.html"])  # the sweep's report must not replace a page evaldag did not write
     except NotOurs as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     codes = []
-    for path, name in zip(models, folder_names(models)):  # a sweep: one run per checkpoint, each its own Namespace
-        codes.append(_one(for_model(args, path), benches, group, out / name, report=False))
-        if codes[-1] in (2, 130) or (group is not None and group.broken):
-            return codes[-1]
+    record = shard_record(args, shard, benches, group)
+    try:
+        for path, name in zip(models, names):  # a sweep: one run per checkpoint, each its own Namespace
+            codes.append(_one(for_model(args, path), benches, group, out / name, report=False))
+            if codes[-1] in (2, 130) or (group is not None and group.broken):
+                return codes[-1]
+    finally:
+        if record is not None:
+            record.leave()
     if group is None or group.is_writer:  # one report, a column per checkpoint: OUT's set (no older run's files shown)
         try:
             with staged(out) as stage:
-                write_report_html([out / name for name in folder_names(models)], stage / "report.html")
+                write_report_html([out / name for name in names], stage / "report.html")
         except (CacheWriteError, NotOurs, ValueError) as e:
             print(f"evaldag: error: {e}", file=sys.stderr)
             return 2

@@ -154,9 +154,9 @@ class Campaign:
         kinds = {
             "node entry": lambda c: sorted((c / "objects").glob("*/*.safetensors")),
             "history": lambda c: sorted((c / "history").glob("*.json")),
-            "file-hash memo": lambda c: [c / "filehash.json"],
-            "request database": lambda c: [c / "requests.sqlite"],
-            "request WAL": lambda c: [c / "requests.sqlite-wal"],
+            "file-hash memo": lambda c: sorted((c / "filehash").glob("*.json")),
+            "request batch file": lambda c: sorted((c / "requests").glob("*/*.batch")),
+            "request index": lambda c: sorted((c / "index").glob("requests-*.sqlite")),
         }
         for kind, files in kinds.items():
             for mode, damage in modes.items():
