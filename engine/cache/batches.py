@@ -150,15 +150,12 @@ def payload(root: Path, model: str, name: str, offset: int, length: int) -> byte
     return data
 
 
-def migrate_legacy(root: Path) -> int:
-    """Turn an older evaldag's ``requests.sqlite`` into batch files once, then rename it aside.
-
-    Rows are written per model in key order with their own time, so two processes doing
-    this at once write byte-identical files (the same names): no row is lost or doubled.
-    Returns the rows moved (0 when there is no legacy database or it cannot be read)."""
+def legacy_batches(root: Path) -> list[tuple[str, list[tuple[str, str, bytes]], float]]:
+    """An older evaldag's ``requests.sqlite`` under ``root`` as (model, rows, written) batches, read
+    only, in a fixed order (per model, by key, 4096 rows a batch); [] when absent or unreadable."""
     db = Path(root) / LEGACY
     if not db.is_file() or db.is_symlink():
-        return 0
+        return []
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
         try:
@@ -166,17 +163,33 @@ def migrate_legacy(root: Path) -> int:
         finally:
             conn.close()
     except sqlite3.Error:  # damaged or unreadable: left where it is, never deleted
-        return 0
+        return []
     by_model: dict[str, list] = {}
     for model, key, kind, data, written in rows:
         by_model.setdefault(model, []).append((key, kind, bytes(data), float(written)))
+    out = []
     for model, items in by_model.items():
         for i in range(0, len(items), 4096):
             chunk = items[i: i + 4096]
-            write(root, model, [(k, kind, d) for k, kind, d, _ in chunk], written=max(w for *_, w in chunk))
+            out.append((model, [(k, kind, d) for k, kind, d, _ in chunk], max(w for *_, w in chunk)))
+    return out
+
+
+def migrate_legacy(root: Path) -> int:
+    """Turn an older evaldag's ``requests.sqlite`` into batch files once, then rename it aside.
+
+    The batches are written in a fixed order with the rows' own times, so two processes doing
+    this at once write byte-identical files (the same names): no row is lost or doubled.
+    Returns the rows moved (0 when there is no legacy database or it cannot be read)."""
+    found = legacy_batches(root)
+    if not found:
+        return 0
+    for model, rows, written in found:
+        write(root, model, rows, written=written)
+    db = Path(root) / LEGACY
     for suffix in ("", "-wal", "-shm"):
         try:
             os.replace(f"{db}{suffix}", f"{db}.migrated{suffix}")
         except OSError:  # another process moved it first, or there was no such side file
             pass
-    return len(rows)
+    return sum(len(rows) for _, rows, _ in found)
