@@ -38,7 +38,7 @@ from . import batches
 from ..requests import RESULT_TYPES, result_type
 from .batches import BadBatch, Batch
 from .codec import CorruptEntry, CorruptEntryWarning, NewerFormat, pack, unpack
-from .files import CacheWriteError, LinkRefused, host_id, inside
+from .files import CacheWriteError, LinkRefused, LinkWarning, host_id, inside
 from .safety import ReadOnlyCache
 
 _SCHEMA = (
@@ -105,8 +105,10 @@ class RequestStore:
         except (OSError, LinkRefused, sqlite3.Error) as e:  # an index that cannot be kept here: one in memory
             if isinstance(e, CacheWriteError):
                 raise
-            warnings.warn(f"request index {self.index_path} not used ({e}); indexing in memory for this process",
-                          DamagedDatabaseWarning, stacklevel=4)
+            linked = isinstance(e, LinkRefused)
+            warnings.warn(f"request index {self.index_path} not used ({e.filename + ' is a link' if linked else e}); "
+                          "indexing in memory for this process", LinkWarning if linked else DamagedDatabaseWarning,
+                          stacklevel=4)
             return self._memory()
 
     def _open(self) -> sqlite3.Connection:

@@ -194,3 +194,22 @@ def test_cache_merge_folds_per_job_caches_into_one(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"evaldag: error: {tmp_path / 'plain'} has no evaldag-cache.json")
     assert not (tmp_path / "d2").exists()
+
+
+def test_a_linked_request_index_is_refused_and_the_answers_are_still_found(tmp_path):
+    from evaldag.engine.cache import LinkWarning
+
+    model, reqs = ToyModel(), _reqs(3)
+    want = Executor(cache=RequestStore(tmp_path / "c")).serve([(model, r) for r in reqs])
+    store = RequestStore(tmp_path / "c")
+    for p in store.files():
+        p.unlink(missing_ok=True)
+    outside = tmp_path / "elsewhere.sqlite"
+    outside.write_bytes(b"")
+    store.index_path.symlink_to(outside)
+    ex = Executor(cache=store)
+    with pytest.warns(LinkWarning, match="is a link"):
+        got = ex.serve([(model, r) for r in reqs])
+    stats = ex.stats.summary()
+    assert stats["cached"] == 3 and stats["sequences_forwarded"] == 0 and outside.read_bytes() == b""
+    assert [g.logprob.tolist() for g in got] == [w.logprob.tolist() for w in want]
