@@ -170,8 +170,10 @@ class RequestStore:
     def _sync(self, db: sqlite3.Connection, model: str) -> None:
         """Index the model's batch files this index has not seen; forget those that are gone."""
         folder = batches.model_dir(self.root, model)
-        present = set(batches.names(folder))
+        # what the index knows first, then the folder: a file another process indexed meanwhile is then
+        # listed too, so "known but not listed" means gone (pruned, repaired), never "too new to list"
         known = {r[0] for r in db.execute("SELECT name FROM files WHERE model=?", (model,))}
+        present = set(batches.names(folder))
         new = sorted(present - known)
         found = []
         for name in new:
