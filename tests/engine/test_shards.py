@@ -213,3 +213,45 @@ def test_a_linked_request_index_is_refused_and_the_answers_are_still_found(tmp_p
     stats = ex.stats.summary()
     assert stats["cached"] == 3 and stats["sequences_forwarded"] == 0 and outside.read_bytes() == b""
     assert [g.logprob.tolist() for g in got] == [w.logprob.tolist() for w in want]
+
+
+WRITER = """
+import sys, time
+from evaldag.engine.adapters.toy import ToyModel
+from evaldag.engine.cache import RequestStore
+from evaldag.engine.executor import Executor
+from evaldag.engine.requests import TokenStats
+root, first, slow = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "slow"
+reqs = [TokenStats((1, 2 + i % 5), tuple(range(3, 4 + i % 40))) for i in range(first, first + 120)]
+ex = Executor(cache=RequestStore(root), batch_tokens=60, fault=(lambda kind, batch: time.sleep(0.02)) if slow else None)
+ex.serve([(ToyModel(), r) for r in reqs])
+"""
+
+
+@pytest.mark.slow
+def test_four_hosts_write_one_request_store_at_once_and_a_killed_one_loses_nothing_stored(tmp_path):
+    """Four processes as four hosts (each its own index), overlapping requests, started at once; one
+    is SIGKILLed mid-run. A fifth host then finds every answer the others finished, each equal to
+    an answer computed alone, and none twice in its count."""
+    root = tmp_path / "shared"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(first), "slow" if i == 3 else "fast"],
+                              env={**ENV, "EVALDAG_HOST": f"host-{i}"}, stderr=subprocess.PIPE, text=True)
+             for i, first in enumerate((0, 40, 80, 20))]
+    deadline = time.monotonic() + 60
+    while not list(root.glob("requests/*/*.batch"))[3:] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    procs[3].send_signal(signal.SIGKILL)
+    for p in procs[:3]:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    assert procs[3].wait(timeout=60) == -signal.SIGKILL
+    model = ToyModel()
+    every = [TokenStats((1, 2 + i % 5), tuple(range(3, 4 + i % 40))) for i in range(0, 200)]
+    alone = Executor().serve([(model, r) for r in every])
+    fifth = RequestStore(root)
+    key = Executor().store_key(model, Executor.model_key(model))
+    found = fifth.get_many(key, [r.key() for r in every])
+    assert len(found) == fifth.count() == len({r.key() for r in every})  # hosts 0-2 covered all 200
+    for r, want in zip(every, alone):
+        assert found[r.key()].logprob.tolist() == want.logprob.tolist()
+    names = {p.name for p in (root / "index").glob("*.sqlite")}  # one index per host, the files shared
+    assert {f"requests-host-{i}.sqlite" for i in range(3)} <= names and fifth.index_path.name in names
