@@ -82,9 +82,13 @@ def body_start(data_or_head: bytes) -> int:
 def write(root: Path, model: str, rows: list[tuple[str, str, bytes]], written: float | None = None,
           discard: list[str] = ()) -> Path:
     """Write one batch file for ``model`` (atomic, content-addressed); returns its path."""
-    data = encode(model, rows, time.time() if written is None else written, discard)
+    return store(root, model, encode(model, rows, time.time() if written is None else written, discard))
+
+
+def store(root: Path, model: str, data: bytes) -> Path:
+    """Put the bytes of one batch file under their hash (atomic; already there: nothing to do)."""
     path = model_dir(root, model) / (hashlib.sha256(data).hexdigest() + SUFFIX)
-    if not path.exists():  # the same bytes under the same name: already there, nothing to do
+    if not path.exists():
         atomic_write(path, data, root=root)
     return path
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import time
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -282,8 +283,8 @@ class RequestStore:
 
     def _store(self, model: str, rows: list, discard: list[str]) -> None:
         try:
-            path = batches.write(self.root, model, rows, discard=discard)
-            b = batches.read(self.root, path)
+            data = batches.encode(model, rows, time.time(), discard)
+            b = batches.parse(batches.store(self.root, model, data), data)  # indexed from memory, not read back
         except LinkRefused as e:
             warnings.warn(f"request batch not stored: {e.filename} is a link (the cache never follows a link it "
                           "did not create)", CorruptEntryWarning, stacklevel=3)
