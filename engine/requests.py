@@ -255,6 +255,13 @@ REQUEST_TYPES: dict[str, type[Request]] = {}
 RESULT_TYPES: dict[str, type] = {}
 
 
+def too_large(kind: str, arrays: dict) -> bool:
+    """A result over its kind's ``max_stored_bytes`` (full-vocabulary logits of a large
+    vocabulary): served to its scorers, never written to the request store."""
+    cap = getattr(REQUEST_TYPES.get(kind), "max_stored_bytes", None)
+    return cap is not None and sum(np.asarray(a).nbytes for a in arrays.values()) > cap
+
+
 def register_kind(request_cls: type[Request], result_cls: type) -> None:
     """Declare a request kind and its result type (``to_arrays``/``from_arrays``, optional ``meta``).
 

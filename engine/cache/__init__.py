@@ -4,9 +4,11 @@
 
     <root>/objects/<ab>/<fp>.safetensors   node values          cache.nodes    (nodes.py)
     <root>/locks/                          per-node file locks and holder records  cache.nodes (locks.py)
-    <root>/requests.sqlite                 model request results cache.requests (requests.py)
+    <root>/requests/<model>/<sha>.batch    model request results, one file per batch  cache.requests (requests.py, batches.py)
+    <root>/index/requests-<host>.sqlite    each host's index of those files (rebuilt from them)  cache.requests
     <root>/history/                        last components per node slot  cache.history (history.py)
-    <root>/filehash.json                   model-file hash memo cache.filehash (filehash.py)
+    <root>/filehash/<host>.json            model-file hash memo, per host cache.filehash (filehash.py)
+    <root>/shards/                         which shard of which sweep runs where  (shards.py)
     <root>/evaldag-cache.json              the marker: clear/prune touch only marked roots (safety.py)
 
 A root this process cannot write is read-only (``cache.read_only``): it is read, never
@@ -83,7 +85,6 @@ class Cache:
         """Counts and sizes; reads only headers (a damaged request database is named, not repaired;
         entries in a newer format or unreadable to this user are counted apart)."""
         files = list(self.nodes.entries())
-        req = self.requests.path
         rows, problem = self.requests.peek_count()
         kept = [why for why in map(leave_reason, files) if why is not None]
         out = {
@@ -91,7 +92,7 @@ class Cache:
             "nodes": len(files),
             "node_bytes": sum(f.lstat().st_size for f in files),
             "requests": rows,
-            "request_bytes": req.stat().st_size if req.exists() else 0,
+            "request_bytes": self.requests.nbytes(),
         }
         if kept:
             out["nodes_newer_format"] = sum(w.startswith("newer") for w in kept)
@@ -101,7 +102,7 @@ class Cache:
         if problem and self.requests.unreadable():
             out["requests_problem"] = f"{self.requests.path}: unreadable ({self.requests.unreadable()}); left alone"
         elif problem:
-            out["requests_problem"] = f"{problem}; `evaldag cache verify --repair` moves it aside, a run rebuilds it"
+            out["requests_problem"] = f"{problem}`evaldag cache verify --repair` removes them, a run recomputes them"
         return out
 
     def verify(self) -> list[str]:
@@ -109,18 +110,15 @@ class Cache:
         return self.nodes.verify() + self.requests.check()
 
     def repair(self) -> list[str]:
-        """Delete corrupt node entries (never a newer evldag's or an unreadable one); move a damaged
-        request database aside (rebuilt empty)."""
+        """Delete corrupt node entries (never a newer evldag's or an unreadable one) and damaged request
+        batch files (their answers are recomputed)."""
         require_marker(self.root)
         done = []
         for p, state, _ in list(self.nodes.survey()):
             if state == "corrupt":
                 p.unlink(missing_ok=True)
                 done.append(f"removed {p}")
-        bad = self.requests.check()
-        if bad:
-            done.append(f"moved {self.requests.path} to {self.requests.recover(bad[0])}")
-        return done
+        return done + self.requests.repair()
 
     def claim(self, init: bool = False) -> None:
         """Before a run uses the cache: refuse a non-empty folder without the marker unless ``init``
@@ -155,8 +153,7 @@ class Cache:
         cutoff = time.time() - older_than_seconds
         self.sweep()
         n = self.nodes.prune(cutoff)
-        if self.requests.path.exists():
-            n += self.requests.prune(cutoff)
+        n += self.requests.prune(cutoff)
         return n
 
     def clear(self) -> tuple[int, list[Path]]:

@@ -1,6 +1,8 @@
 """The file-hash memo: a model file is read and hashed once, later fingerprints cost a ``stat``.
 
-The memo lives under the cache root (``filehash.json``) and is used through the cache:
+The memo lives under the cache root, one file per host (``filehash/<host>.json``: a
+record's device and inode numbers mean something only on the host that took them, and
+a lock on a shared file system is not reliable across hosts), and is used through the cache:
 :func:`evaldag.engine.run.run` makes its cache's memo the *active* one for the run
 (a context variable), and :func:`file_sha256` consults the active memo. Outside a run
 (or with ``memo=False``) the file is simply hashed; there is no global default folder.
@@ -25,9 +27,9 @@ from typing import Iterator
 
 from filelock import FileLock
 
-from .files import atomic_write, inside
+from .files import atomic_write, host_id, inside
 
-INDEX = "filehash.json"
+INDEX = "filehash"  # the folder of per-host memos
 MAX_BYTES = 16 << 20
 _active: contextvars.ContextVar["FileHashMemo | None"] = contextvars.ContextVar("evaldag_filehash", default=None)
 
@@ -45,11 +47,11 @@ def hash_file(path: str | os.PathLike) -> str:
 
 
 class FileHashMemo:
-    """``realpath -> {dev, ino, size, mtime_ns, ctime_ns, sha256}`` in ``<root>/filehash.json``."""
+    """``realpath -> {dev, ino, size, mtime_ns, ctime_ns, sha256}`` in ``<root>/filehash/<host>.json``."""
 
     def __init__(self, root: str | os.PathLike, rehash: bool = False, read_only: bool = False):
         self.root = Path(root)
-        self.path = self.root / INDEX
+        self.path = self.root / INDEX / f"{host_id()}.json"
         self.rehash = rehash
         self.read_only = read_only  # a read-only cache: records are read, new ones are not kept
         self.hashed: list[str] = []  # files read and hashed by this memo (tests, statistics)

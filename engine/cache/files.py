@@ -152,7 +152,7 @@ def sweep_temps(root: Path, max_age_s: float = TMP_MAX_AGE_S) -> int:
     """Remove temporaries older than ``max_age_s`` below ``root`` (no link followed)."""
     cutoff = time.time() - max_age_s
     n = 0
-    for sub in ("objects", "history", ""):
+    for sub in ("objects", "history", "requests", "index", "filehash", ""):
         top = root / sub if sub else root
         files = walk_files(root, top) if sub else (p for p in _listdir(root) if p.is_file() and not p.is_symlink())
         for p in files:
@@ -172,3 +172,10 @@ def _listdir(d: Path) -> list[Path]:
         return sorted(d.iterdir())
     except OSError:
         return []
+
+
+def host_id() -> str:
+    """This machine's name as a file-name part (``$EVALDAG_HOST`` overrides it): what is kept per
+    host in a shared cache (the request index, the file-hash memo) is named by it."""
+    name = os.environ.get("EVALDAG_HOST") or __import__("socket").gethostname() or "host"
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]

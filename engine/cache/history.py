@@ -4,6 +4,11 @@
 A missing, unreadable, oversized, malformed or linked file reads as "no history" (the
 reason becomes ``new``); nothing is written through a link, and a file this user cannot
 read (another user's, umask 077) is left as it is.
+
+Safe on a cache shared by many hosts as it is: each file is replaced whole by one rename
+(files.py), so a reader sees one writer's record, and with jobs writing at once the last
+rename wins. History only explains a recompute (``model`` rather than ``new``); it never
+decides what is served, so a record from another host's job cannot make a result wrong.
 """
 
 from __future__ import annotations

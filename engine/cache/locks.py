@@ -9,6 +9,12 @@ on every attempt, so the record cannot live in it), and a waiter reads it: after
 :data:`NOTICE_S` it says once what it waits for and whose lock it is (and whether that
 process is stopped, or gone from this host), then again every :data:`REPEAT_S`;
 ``timeout`` (``--lock-timeout``) ends the wait with :class:`LockTimeout`, one line.
+
+A lock is an optimisation, never the guarantee: every entry is a whole file renamed into
+place under a name its content decides, so two processes computing one node both write
+the same entry. Where locking fails (another user's lock file, ``ENOLCK`` on a shared file
+system without a lock manager) a process goes on unguarded; where it silently does not
+work across hosts (NFS), two hosts may compute one node twice, nothing worse.
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ class NodeLock:
     def acquire(self, timeout: float = -1) -> "NodeLock":
         try:
             self._lock.acquire(timeout=timeout)  # filelock.Timeout when another process holds it
-        except PermissionError:  # another user's lock file (umask 077): we cannot take part in it, so
-            self.unheld += 1  # go on unguarded: at worst both compute the node; each write is atomic
+        except Timeout:
+            raise
+        except OSError:  # another user's lock file (umask 077), ENOLCK on a shared file system: go on
+            self.unheld += 1  # unguarded: at worst both compute the node; each write is atomic
             return self
         if self._lock.lock_counter == 1:
             self._write_record()

@@ -27,7 +27,10 @@ MARKER = "evaldag-cache.json"
 FORMAT = 1
 
 _HEX = re.compile(r"[0-9a-f]+")
-_SQLITE = ("requests.sqlite", "requests.sqlite-wal", "requests.sqlite-shm", "requests.sqlite-journal")
+_SQLITE = tuple(f"requests.sqlite{m}{s}" for m in ("", ".migrated") for s in ("", "-wal", "-shm", "-journal"))
+_BATCH = re.compile(r"[0-9a-f]{64}\.batch")  # batches.py
+_INDEX = re.compile(r"requests-[\w.-]+\.sqlite(-wal|-shm|-journal)?")  # requests.py, one per host
+_HOSTFILE = re.compile(r"[\w.-]+\.json(\.lock)?")  # filehash/<host>.json, shards/<sweep>/<record>.json
 _MEMO = ("filehash.json", "filehash.json.lock")
 
 
@@ -156,6 +159,24 @@ def _entries(root: Path, kept: list[str] | None = None):
         files += [p for p in history.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or
                                                                 (p.suffix == ".json" and _HEX.fullmatch(p.stem)))]
         dirs.append(history)
+    req = root / "requests"  # batches.py: requests/<32 hex>/<64 hex>.batch
+    if _dir(req):
+        for sub in req.iterdir():
+            if _dir(sub) and len(sub.name) == 32 and _HEX.fullmatch(sub.name):
+                files += [p for p in sub.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _BATCH.fullmatch(p.name))]
+                dirs.append(sub)
+        dirs.append(req)
+    for top, names in ((root / "index", _INDEX), (root / "filehash", _HOSTFILE)):
+        if _dir(top):
+            files += [p for p in top.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or names.fullmatch(p.name))]
+            dirs.append(top)
+    shards = root / "shards"  # shards.py: shards/<sweep id>/<record>.json
+    if _dir(shards):
+        for sub in shards.iterdir():
+            if _dir(sub) and _HEX.fullmatch(sub.name):
+                files += [p for p in sub.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _HOSTFILE.fullmatch(p.name))]
+                dirs.append(sub)
+        dirs.append(shards)
     runs = root / "runs"  # engine/runlog.py's records of each run
     if _dir(runs):
         files += [p for p in runs.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _RUN.fullmatch(p.name))]

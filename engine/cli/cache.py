@@ -1,4 +1,4 @@
-"""``evaldag cache info|ls|runs|explain|verify|clear|prune``.
+"""``evaldag cache info|ls|runs|explain|verify|clear|prune|merge``.
 
 ``info``, ``ls``, ``explain`` and ``verify`` (without ``--repair``) open the cache to look
 at it (``Cache(..., inspect=True)``): they never delete, move or write anything, a corrupt
@@ -18,13 +18,17 @@ from ..cache import Cache, NotACache
 from ..cache.safety import require_marker
 from ..cache.deep import verify_deep
 from .. import runlog
+from . import cache_merge
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="inspect or clean the cache")
-    c.add_argument("action", choices=["info", "ls", "runs", "explain", "verify", "clear", "prune"],
-                   help="runs: the runs recorded in this cache (when, command, benchmarks, models, out folder, nodes)")
-    c.add_argument("fingerprint", nargs="?", help="for explain: a fingerprint or prefix, a node name or an id like qa_stats[216cdb]")
+    c.add_argument("action", choices=["info", "ls", "runs", "explain", "verify", "clear", "prune", "merge"],
+                   help="runs: the runs recorded in this cache (when, command, benchmarks, models, out folder, nodes); "
+                        "merge SRC...: copy into --cache-dir what the caches SRC hold and it lacks (per-job caches)")
+    c.add_argument("fingerprint", nargs="*", metavar="WHAT",
+                   help="for explain: a fingerprint or prefix, a node name or an id like qa_stats[216cdb]; "
+                        "for merge: the source cache folders")
     c.add_argument("--cache-dir", default=None)
     c.add_argument("--older-than", default=None, help="for prune: e.g. 30d, 12h, 45m")
     c.add_argument("--yes", action="store_true", help="for clear: do not ask")
@@ -104,6 +108,12 @@ LOOK = ("info", "ls", "runs", "explain", "verify")  # actions that only look: op
 
 
 def cmd(args: argparse.Namespace) -> int:
+    if args.action == "merge":
+        return cache_merge.merge(args)
+    if len(args.fingerprint) > 1:
+        print(f"evaldag: error: cache {args.action} takes at most one WHAT, got {len(args.fingerprint)}", file=sys.stderr)
+        return 2
+    args.fingerprint = args.fingerprint[0] if args.fingerprint else None
     try:
         cache = Cache(args.cache_dir, inspect=args.action in LOOK)
         if args.action in LOOK:

@@ -23,7 +23,7 @@ import argparse
 from typing import Iterable
 
 from ..benchmark import Benchmark
-from .sweep import expand_models
+from .sweep import expand_models, shard_arg
 
 DEST = "models"  # argparse's list of the raw --model values; each run sees ``model`` only
 HELP = ("the model under evaluation (a checkpoint folder, or a hub id when online); repeat it, or give a glob or "
@@ -39,6 +39,10 @@ def add_model_option(parser: argparse.ArgumentParser, benches: Iterable[Benchmar
     """``--model`` (repeatable) when a named benchmark takes a model; otherwise it is unknown."""
     if takes_model(benches):
         parser.add_argument("--model", dest=DEST, action="append", default=None, metavar="MODEL", help=HELP)
+        parser.add_argument("--shard", type=shard_arg, default=None, metavar="I/N",
+                            help="run only share I (from 0) of N of the checkpoints --model names (every N-th from "
+                                 "the I-th), into OUT/<name>/ as the whole sweep would: one job of an array sharing "
+                                 "one --cache-dir; `evaldag report` over the shards' --out folders is the whole sweep")
 
 
 def model_specs(args: argparse.Namespace) -> list[str | None]:

@@ -28,6 +28,7 @@ from .. import runlog
 from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
+from .sweep import shard_record, take_shard
 from .sweep_run import run_sweep
 from .types import positive_float, positive_int
 
@@ -196,6 +197,23 @@ def _cmd(args: argparse.Namespace, group: Group | None) -> int:
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+    shard = getattr(args, "shard", None)
+    if shard is not None:  # one share of the sweep, laid out as the whole sweep would be
+        if models == [None]:
+            print("evaldag: error: --shard needs the checkpoints of the sweep (--model, repeated, a glob or @FILE)",
+                  file=sys.stderr)
+            return 2
+        models, names = take_shard(models, shard)
+        if not models:
+            print(f"evaldag: shard {shard[0]}/{shard[1]} has no checkpoints (fewer checkpoints than shards); "
+                  "nothing to do", file=sys.stderr)
+            return 0
+        record = shard_record(args, shard, benches, group)
+        try:
+            return run_sweep(args, benches, group, out, models, _one, names=names)
+        finally:
+            if record is not None:
+                record.leave()
     if len(models) < 2:  # one run (the usual case)
         return _one(for_model(args, models[0]), benches, group, out, report=True)
     return run_sweep(args, benches, group, out, models, _one)  # several checkpoints (cli/sweep_run.py)

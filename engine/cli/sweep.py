@@ -11,15 +11,22 @@ checkpoint's weights are freed before the next loads. The retain and reference m
 are forwarded once for the whole sweep: their nodes and requests are cached by
 fingerprint during the first checkpoint, so later checkpoints read them and do not even
 load those models. Under torchrun, every checkpoint's requests are spread over all ranks.
+
+``--shard I/N`` runs one share of that list (a job array: N independent jobs, possibly on N
+hosts, on one shared cache; cache/shards.py warns when two jobs hold one index).
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import re
+import sys
 from pathlib import Path
 
 from ..adapters.spec import has_scheme
+from ..cache.safety import NotACache, cache_root, root_state, writable, write_marker
+from ..cache.shards import ShardRecord, sweep_id
 
 
 def expand_models(values: list[str] | None) -> list[str]:
@@ -53,3 +60,46 @@ def folder_names(models: list[str]) -> list[str]:
 
 def _natural(text: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """``--shard I/N`` (I counted from 0): argparse's type, so a bad value is one line, exit 2."""
+    m = re.fullmatch(r"\s*(-?\d+)\s*/\s*(-?\d+)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N (e.g. 0/4: the first of four shares)")
+    i, n = int(m.group(1)), int(m.group(2))
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: N must be at least 1")
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"shard index {i} is out of range for {n} shards (I counts from 0: 0 to {n - 1})")
+    return i, n
+
+
+def take_shard(models: list[str], shard: tuple[int, int]) -> tuple[list[str], list[str]]:
+    """Shard I of N's checkpoints, every N-th from the I-th of the whole list, with the folder
+    names the whole sweep gives them: the shards' --out folders together hold exactly what one
+    sweep's --out would, so `evaldag report` over them is the whole sweep's report."""
+    i, n = shard
+    names = folder_names(models)
+    return models[i::n], names[i::n]
+
+
+def shard_record(args: argparse.Namespace, shard: tuple[int, int] | None, benches: list, group) -> object:
+    """This shard's record in the cache (cache/shards.py), after warning about any other process
+    holding the same index of the same sweep; None when not sharded (or not rank 0)."""
+    if shard is None or (group is not None and not group.is_writer):
+        return None
+    try:
+        root = cache_root(args.cache_dir)
+    except NotACache:  # the run itself says why, in its one line
+        return None
+    state = root_state(root)
+    if state == "new":  # what the run would do first: mark it, so the record does not make it "foreign"
+        write_marker(root)
+    models = expand_models(getattr(args, "models", None))
+    record = ShardRecord(root, sweep_id(models, [b.name for b in benches], shard[1]), *shard)
+    for other in record.enter(read_only=state not in ("new", "marked") or not writable(root)):
+        print(f"evaldag: warning: shard {shard[0]}/{shard[1]} of this sweep is also being run by {other} (its record "
+              f"in {record.dir}): both compute the same checkpoints and one share may be left undone; check the "
+              "job array's indices (the cache stays correct)", file=sys.stderr)
+    return record

@@ -65,8 +65,9 @@ def by_base(models: list[str], adapter_base: str | None = None) -> tuple[list[st
 
 
 def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, models: list[str],
-              one: Callable[..., int]) -> int:
-    """Every checkpoint's run into ``OUT/<name>/`` and one ``OUT/report.html``; the exit code is the worst run's."""
+              one: Callable[..., int], names: list[str] | None = None) -> int:
+    """Every checkpoint's run into ``OUT/<name>/`` and one ``OUT/report.html``; the exit code is
+    the worst run's. ``names``: the folder names (a shard's come from the whole sweep's list)."""
     try:
         check_names(out, ["report.html", SWEEP_FILE])  # the sweep's report must not replace a page evaldag did not write
         order, note = by_base(models, getattr(args, "adapter_base", None))
@@ -75,7 +76,7 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
     except (NotOurs, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
-    names = dict(zip(models, folder_names(models)))
+    names = dict(zip(models, names or folder_names(models)))
     ranks = None  # checkpoints: each rank's own, largest first, then adapters of one base together
     if mode == "checkpoints":
         ranks = [by_base(ms, getattr(args, "adapter_base", None))[0] for ms in assign(order, group.world)]

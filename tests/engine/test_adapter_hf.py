@@ -290,11 +290,11 @@ def test_fingerprints_follow_content(tmp_path, cache_dir):
         assert fa != HFModel(c, dtype="fp32").fingerprint()
         assert fa != HFModel(a, dtype="bf16").fingerprint()
         assert HFModel(a).fingerprint() == fa  # auto on a float32 checkpoint is fp32 everywhere
-    index = json.loads((cache_dir / "filehash.json").read_text())
+    index = json.loads(memo.path.read_text())
     weights = str((a / "model.safetensors").resolve())
     assert index[weights]["sha256"] == file_sha256(weights, memo=False)
     index[weights]["sha256"] = "0" * 64  # the memo is trusted while the file's stat matches ...
-    (cache_dir / "filehash.json").write_text(json.dumps(index))
+    memo.path.write_text(json.dumps(index))
     assert file_sha256(weights, memo) == "0" * 64
     assert file_sha256(weights) != "0" * 64  # outside a run there is no memo: the file is read
     st = os.stat(weights)

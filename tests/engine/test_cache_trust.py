@@ -47,7 +47,7 @@ def test_a_swapped_checkpoint_with_its_mtime_set_back_is_hashed_again(tmp_path):
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))  # `touch -r`: the mtime is as before
     swapped = _tofu(model, tmp_path / "t2", cache)
     assert swapped == retain  # the retain model's numbers (its nodes, found by the new fingerprint)
-    memo = json.loads((cache / "filehash.json").read_text())
+    memo = json.loads(Cache(cache).filehash.path.read_text())
     assert memo[str(weights.resolve())]["ctime_ns"] == os.stat(weights).st_ctime_ns
 
 

@@ -4,6 +4,7 @@ entries. The deterministic subset of tests/perf/fault_campaign.py, on the toy be
 import errno
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -41,37 +42,55 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
-def test_a_damaged_request_database_is_moved_aside_and_rebuilt(tmp_path, damage):
+def test_a_damaged_request_index_is_rebuilt_from_the_batch_files(tmp_path, damage):
+    """The per-host SQLite index is an accelerator: damaged, it is deleted with a warning naming it
+    and rebuilt from the batch files, so no model answer is lost (nothing is forwarded again). A
+    torn last page that SQLite still reads whole is no damage: the same answers, no warning needed."""
     cache = tmp_path / "cache"
     first = _baseline(cache)
-    db = cache / "requests.sqlite"
+    db = Cache(cache).requests.index_path
     DAMAGES[damage](db)
-    with pytest.warns(DamagedDatabaseWarning, match=str(db)):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         again = run(toy.nodes(), toy.resources(), cache_dir=cache, force=True)  # force: the scorers ask again
+    rebuilt = [str(w.message) for w in seen if issubclass(w.category, DamagedDatabaseWarning)]
+    assert (rebuilt != []) == (damage != "truncate-95%") and all(str(db) in w for w in rebuilt)
     assert again.ok and _values(again) == _values(first)
-    assert again.executor["cached"] == 0 and again.executor["sequences_forwarded"] > 0
-    assert len(list(cache.glob("requests.sqlite.damaged-*"))) == 1
-    again.cache.requests.close()
-    third = run(toy.nodes(), toy.resources(), cache_dir=cache, force=True)
-    assert third.executor["sequences_forwarded"] == 0 and _values(third) == _values(first)
+    assert again.executor["sequences_forwarded"] == 0 and again.executor["cached"] == first.executor["unique"] > 0
 
 
-def test_cache_verify_checks_and_repairs_the_request_database(tmp_path, capsys):
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_request_batch_file_is_dropped_and_recomputed(tmp_path, damage):
+    cache = tmp_path / "cache"
+    first = _baseline(cache)
+    stored = sorted(cache.glob("requests/*/*.batch"))
+    for batch in stored:
+        DAMAGES[damage](batch)
+    (Cache(cache).requests.index_path).unlink()  # another host: it indexes the files afresh
+    with pytest.warns(CorruptEntryWarning, match="do not hash to its name"):
+        again = run(toy.nodes(), toy.resources(), cache_dir=cache, force=True)
+    assert again.ok and _values(again) == _values(first) and not any(b.exists() for b in stored)
+    assert again.executor["cached"] == 0 and again.executor["sequences_forwarded"] == first.executor["sequences_forwarded"]
+
+
+def test_cache_verify_checks_and_repairs_the_request_batch_files(tmp_path, capsys):
     cache = tmp_path / "cache"
     _baseline(cache)
-    assert Cache(cache).info()["requests"] == Cache(cache).requests.count() > 0
-    DAMAGES["zero-first-100-bytes"](cache / "requests.sqlite")
-    before = (cache / "requests.sqlite").read_bytes()
-    assert cli.main(["cache", "info", "--cache-dir", str(cache)]) == 0  # info reads: names the damage, moves nothing
+    first_count = Cache(cache).requests.count()
+    assert Cache(cache).info()["requests"] == first_count > 0
+    batch = sorted(cache.glob("requests/*/*.batch"))[0]
+    DAMAGES["zero-first-100-bytes"](batch)
+    before = batch.read_bytes()
+    with pytest.warns(CorruptEntryWarning):  # info reads: names the damage, deletes nothing
+        assert cli.main(["cache", "info", "--cache-dir", str(cache)]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["requests"] == 0 and str(cache / "requests.sqlite") in info["requests_problem"]
-    assert (cache / "requests.sqlite").read_bytes() == before and not list(cache.glob("requests.sqlite.damaged-*"))
+    assert 0 < info["requests"] < first_count and str(batch) in info["requests_problem"] and batch.read_bytes() == before
     assert cli.main(["cache", "verify", "--cache-dir", str(cache)]) == 1
-    assert f"corrupt: {cache / 'requests.sqlite'}" in capsys.readouterr().out
-    with pytest.warns(DamagedDatabaseWarning):
-        assert cli.main(["cache", "verify", "--repair", "--cache-dir", str(cache)]) == 0
+    assert f"corrupt: {batch}: its bytes do not hash to its name (damaged)" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", "--repair", "--cache-dir", str(cache)]) == 0
+    assert f"removed {batch}" in capsys.readouterr().out and not batch.exists()
     assert cli.main(["cache", "verify", "--cache-dir", str(cache)]) == 0
-    assert Cache(cache).requests.count() == 0
+    assert 0 < Cache(cache).requests.count() < first_count
 
 
 def _full_disk_after(monkeypatch, n_writes):
@@ -160,7 +179,8 @@ def test_hostile_entries_are_corrupt_entries(tmp_path, monkeypatch, kind):
 @pytest.mark.parametrize("content", [b"[1, 2, 3]", b"[" * 100000 + b"]" * 100000, b"{" + b" " * (2 << 20) + b"}", b"\xff\xfe"])
 def test_hostile_history_and_memo_files_read_as_absent(tmp_path, content):
     first = _baseline(tmp_path)
-    for p in [*Path(tmp_path, "history").iterdir(), Path(tmp_path, "filehash.json")]:
+    for p in [*Path(tmp_path, "history").iterdir(), Cache(tmp_path).filehash.path]:
+        p.parent.mkdir(exist_ok=True)  # the toy run hashes no model file: no memo yet
         p.write_bytes(content)
     for p in _entry_path(first).parent.parent.glob("*/*.safetensors"):
         p.unlink()
@@ -176,17 +196,19 @@ def test_a_write_error_is_one_line_naming_the_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_full_request_database_names_the_root_cause(tmp_path, monkeypatch, capsys):
+def test_a_full_request_index_names_the_root_cause(tmp_path, monkeypatch, capsys):
     from evaldag.engine.cache.requests import RequestStore
 
     real = RequestStore._open
 
     def small(self):
         conn = real(self)
-        conn.execute("PRAGMA max_page_count = 3")  # SQLite's own "disk full" past three pages
+        conn.execute("PRAGMA max_page_count = 3")  # SQLite's own "disk full": the index is 7 pages, no room to grow
+        conn.execute("CREATE TABLE IF NOT EXISTS filler (x BLOB)")
         return conn
 
     monkeypatch.setattr(RequestStore, "_open", small)
     assert cli.main(["run", "toy", "--quiet", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"evaldag: error: cannot write {tmp_path / 'c' / 'requests.sqlite'}: database or disk is full"]
+    index = Cache(tmp_path / "c").requests.index_path
+    assert err == [f"evaldag: error: cannot write {index}: database or disk is full"]

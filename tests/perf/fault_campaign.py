@@ -154,40 +154,23 @@ class Campaign:
         kinds = {
             "node entry": lambda c: sorted((c / "objects").glob("*/*.safetensors")),
             "history": lambda c: sorted((c / "history").glob("*.json")),
-            "file-hash memo": lambda c: [c / "filehash.json"],
-            "request database": lambda c: [c / "requests.sqlite"],
-            "request WAL": lambda c: [c / "requests.sqlite-wal"],
+            "file-hash memo": lambda c: sorted((c / "filehash").glob("*.json")),
+            "request batch file": lambda c: sorted((c / "requests").glob("*/*.batch")),
+            "request index": lambda c: sorted((c / "index").glob("requests-*.sqlite")),
         }
         for kind, files in kinds.items():
             for mode, damage in modes.items():
                 for _ in range(m):
                     d = self.trial_dir()
                     cache = self.warm_copy(d)
-                    if kind == "request WAL":
-                        self._fake_wal(cache)
                     targets = [p for p in files(cache) if p.exists()]
                     if not targets:
                         continue
                     damage(self.rng.choice(targets))
-                    if kind.startswith("request"):  # make the rerun read the request database
+                    if kind.startswith("request"):  # make the rerun read the request store
                         shutil.rmtree(cache / "objects", ignore_errors=True)
                     proc = evaldag(argv(self.target, d / "out", cache))
                     self.classify(f"{kind}: {mode}", proc, outputs(d / "out"), self.want)
-
-    def _fake_wal(self, cache: Path) -> None:
-        """A WAL with frames in it: the database as it would be mid-run (copied before checkpoint)."""
-        wal = cache / "requests.sqlite-wal"
-        if not wal.exists():
-            import sqlite3
-
-            conn = sqlite3.connect(cache / "requests.sqlite")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            conn.execute("UPDATE results SET written = written")
-            conn.commit()
-            shutil.copyfile(wal, wal.with_name("wal.copy"))
-            conn.close()
-            os.replace(wal.with_name("wal.copy"), wal)
 
     def _truncate(self, p: Path) -> None:
         os.truncate(p, int(p.stat().st_size * self.rng.uniform(0.05, 0.95)))
