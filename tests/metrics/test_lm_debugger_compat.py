@@ -8,7 +8,6 @@ import importlib.util
 import json
 import re
 import shutil
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from evaldag.benchmarks.editing import spec
 from evaldag.benchmarks.editing.config import EditingConfig
 from evaldag.benchmarks.editing.data import load_edits
 from evaldag.engine import cli, run
+from evaldag.engine.cache import batches
 from evaldag.engine.fingerprint import code_identity
 from evaldag.metrics.editing import lm_debugger_compat as lmd
 from evaldag.metrics.editing.logits_request import TokenLogits
@@ -108,10 +108,19 @@ def test_token_logits_and_hook_on_the_base_model(setup, cache_dir):
         assert got[str(i)]["base_max"] == pytest.approx(float(base[i][-1].max()), abs=1e-4)
     changed = res.results("EDITING")["TopTokenChanged"].value_by_index
     assert changed == {str(i): {"changed": float(edited[i][-1].argmax() != base[i][-1].argmax())} for i in range(2)}
-    with sqlite3.connect(cache_dir / "requests.sqlite") as db:
-        kinds = dict(db.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind").fetchall())
+    kinds = _stored_kinds(cache_dir)
     assert kinds.get("token_logits") == 4, kinds  # 2 prompts x 2 models, each served once for both metrics
     assert res.executor["by_kind"]["token_logits"]["batches"] == 2  # one batch of both prompts per model
+
+
+def _stored_kinds(cache: Path) -> dict:
+    """How many answers of each kind the request store holds, read from its batch files."""
+    out: dict = {}
+    for folder in batches.model_dirs(cache):
+        for name in batches.names(folder):
+            for _, kind, *_ in batches.read(cache, folder / name).rows:
+                out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 def test_size_cap_keeps_large_logits_out_of_the_request_store(setup, tmp_path, monkeypatch):
@@ -124,12 +133,7 @@ def test_size_cap_keeps_large_logits_out_of_the_request_store(setup, tmp_path, m
     first = run(nodes, spec.resources(cfg), cache_dir=str(cache))
     assert first.ok, [r.error for r in first.failures()]
     assert first.executor["by_kind"]["token_logits"]["sequences_forwarded"] == 4  # 2 prompts x 2 models
-    store = cache / "requests.sqlite"
-    if store.exists():
-        with sqlite3.connect(store) as db:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            assert "results" not in tables or db.execute(
-                "SELECT COUNT(*) FROM results WHERE kind='token_logits'").fetchone()[0] == 0
+    assert _stored_kinds(cache).get("token_logits", 0) == 0
     again = run([module.TopTokenChanged.metric(config={"changed": 1}).named("TopTokenChanged", "EDITING")],
                 spec.resources(cfg), cache_dir=str(cache))
     assert again.executor["by_kind"]["token_logits"]["cached"] == 0
@@ -173,7 +177,7 @@ def test_planner_refuses_a_backend_without_full_logits(setup, cache_dir):
                                         r"or add --fallback hf:DIR$"):
         run([module.TopTokenChanged.metric().named("TopTokenChanged", "EDITING")],
             {"model": ToyModel(), "base_model": ToyModel(), "edits": load_edits()[:1]}, cache_dir=str(cache_dir))
-    assert not (cache_dir / "requests.sqlite").exists()
+    assert _stored_kinds(cache_dir) == {}  # refused before anything was stored
 
 
 def test_attributes_interventions_and_added_ones(setup, cache_dir):
