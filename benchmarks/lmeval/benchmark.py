@@ -87,7 +87,7 @@ class LmevalBenchmark(Benchmark):
             tasks=cfg.tasks, include_path=cfg.include_path, task_digest=plan.digest, num_fewshot=cfg.num_fewshot,
             limit=cfg.limit, bootstrap_iters=cfg.bootstrap_iters, chat=cfg.template.apply_chat_template,
             system_prompt=cfg.template.system_prompt, lm_eval_version=tasks.installed_version(),
-            add_bos_token=cfg.add_bos_token, prefix_token_id=cfg.prefix_token_id).named("lm_eval", GROUP)
+            add_bos_token=cfg.add_bos_token, prefix_token_id=cfg.prefix_token_id)  # unnamed: in no EVAL/SUMMARY
         entries = [lm_eval_entry(parents={"run": scorer}, task=t, metric=m, filter=f).named(entry_name(t, m, f), GROUP)
                    for t, m, f in dict.fromkeys(plan.entries)]
         return [scorer, *entries]
@@ -102,7 +102,7 @@ class LmevalBenchmark(Benchmark):
         return self.nodes(cfg, plan), {"model": common.hf_model(cfg.model, cfg)}
 
     def write_outputs(self, result: Any, out_dir: Any, config: Any) -> list:
-        return outputs.write(result, out_dir, GROUP)
+        return outputs.write(result, out_dir)
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         html = outputs.section_html(runs)

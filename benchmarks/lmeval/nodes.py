@@ -16,6 +16,7 @@ every request's ids -- so they are in its fingerprint and in run.json.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
@@ -78,11 +79,17 @@ def evaluate(model: Any, params: LmevalParams, serve: Any) -> dict:
     limit = params.limit
     if limit is not None and float(limit).is_integer() and limit >= 1:
         limit = int(limit)
-    out = lm_eval.simple_evaluate(
-        model=lm, tasks=list(params.tasks), task_manager=task_manager(params.include_path, params.tasks),
-        num_fewshot=params.num_fewshot, limit=limit, bootstrap_iters=params.bootstrap_iters, log_samples=True,
-        apply_chat_template=params.chat, system_instruction=params.system_prompt, fewshot_as_multiturn=params.chat,
-        random_seed=params.seed)
+    log = logging.getLogger("lm_eval")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its per-task notes (default aggregations, ...) would bury evaldag's summary
+    try:
+        out = lm_eval.simple_evaluate(
+            model=lm, tasks=list(params.tasks), task_manager=task_manager(params.include_path, params.tasks),
+            num_fewshot=params.num_fewshot, limit=limit, bootstrap_iters=params.bootstrap_iters, log_samples=True,
+            apply_chat_template=params.chat, system_instruction=params.system_prompt, fewshot_as_multiturn=params.chat,
+            random_seed=params.seed)
+    finally:
+        log.setLevel(level)
     samples = out.pop("samples", None) or {}
     return {"results": plain(out), "samples": {task: _jsonl(rows) for task, rows in samples.items()},
             "identity": plain(lm.identity())}

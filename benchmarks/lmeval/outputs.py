@@ -24,17 +24,19 @@ def sample_file(task: str) -> str:
     return f"lm_eval_samples_{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}.jsonl"
 
 
-def scorer_value(result: Any, group: str) -> dict | None:
-    for name in (f"{group}/lm_eval", "lm_eval"):
-        try:
-            return result.value(name)
-        except (KeyError, ValueError, LookupError):
-            continue
+def scorer_value(result: Any) -> dict | None:
+    """The ``lm_eval`` scorer's value (unnamed: it is in no EVAL/SUMMARY file), or None when it failed."""
+    for v in result.graph.order():
+        if v.metric.name == "lm_eval":
+            try:
+                return result.value(v.key)
+            except KeyError:
+                return None
     return None
 
 
-def write(result: Any, out_dir: str | Path, group: str) -> list[Path]:
-    value = scorer_value(result, group)
+def write(result: Any, out_dir: str | Path) -> list[Path]:
+    value = scorer_value(result)
     if not value:
         return []
     out = Path(out_dir)

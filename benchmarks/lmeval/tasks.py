@@ -74,27 +74,25 @@ def task_manager(include_path: str | None, names: tuple[str, ...] = ()) -> Any:
             local = None
         if local is not None and all(n in _index(local) for n in names):
             return local
-    words, builtin = _builtin_names()
-    for n in names:
-        if (local is None or n not in _index(local)) and n not in words:
+    missing = [n for n in names if local is None or n not in _index(local)]
+    text = _builtin_text() if missing else ""
+    for n in missing:
+        if not re.search(rf"(?<![\w\-.]){re.escape(n)}(?![\w\-.])", text):
+            builtin = re.findall(r"(?m)^(?:task|group|tag):[ \t]*['\"]?([\w\-.]+)", text)
             raise _unknown(n, sorted(set(builtin) | set(_index(local) if local is not None else ())))
     return TaskManager(include_path=include_path) if include_path else TaskManager()
 
 
-def _builtin_names() -> tuple[set[str], list[str]]:
-    """Every word of lm-evaluation-harness's own task YAML files (a task, group or tag name is
-    written literally in one), and the names after ``task:``/``group:``/``tag:`` (for close matches)."""
+def _builtin_text() -> str:
+    """lm-evaluation-harness's own task YAML files, joined: a task, group or tag name is
+    written literally in one of them, so a name that occurs nowhere in it is unknown."""
     import importlib.util
 
     spec = importlib.util.find_spec("lm_eval")
     root = Path(spec.origin).parent / "tasks" if spec and spec.origin else None
-    words: set[str] = set()
-    names: list[str] = []
-    for p in sorted(root.rglob("*.yaml")) if root and root.is_dir() else ():
-        text = p.read_text(encoding="utf-8", errors="ignore")
-        words.update(re.findall(r"[\w\-.]+", text))
-        names += re.findall(r"^(?:task|group|tag):\s*['\"]?([\w\-.]+)", text, re.M)
-    return words, names
+    if not root or not root.is_dir():
+        return ""
+    return "\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in sorted(root.rglob("*.yaml")))
 
 
 def _index(tm: Any) -> dict[str, Any]:
@@ -144,7 +142,7 @@ def plan(names: tuple[str, ...], include_path: str | None) -> Plan:
     for name in dict.fromkeys(names):
         if name not in _index(tm):
             raise unknown(name, tm)
-        mine = _leaves_of(tm, name)
+        mine = _leaves_of(tm, name, include_path)
         for leaf in sorted(mine & set(owner)):
             raise TaskError(f"--tasks: task {leaf!r} is named twice ({owner[leaf]!r} and {name!r}); "
                             "lm-evaluation-harness refuses a task in two top-level items")
@@ -154,9 +152,9 @@ def plan(names: tuple[str, ...], include_path: str | None) -> Plan:
     return out
 
 
-def _leaves_of(tm: Any, name: str) -> set[str]:
+def _leaves_of(tm: Any, name: str, include_path: str | None) -> set[str]:
     probe = Plan((name,))
-    _walk(tm, name, probe, None)
+    _walk(tm, name, probe, include_path)
     return set(probe.leaves)
 
 
