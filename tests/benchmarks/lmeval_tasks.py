@@ -7,7 +7,8 @@ fixture was trained on them, so its answers are not all noise):
 * ``fx_gen`` -- ``generate_until`` (exact_match), ``until: ["\\n", "."]``, 12 new tokens;
 * ``fx_roll`` -- ``loglikelihood_rolling`` (word_perplexity, byte_perplexity, bits_per_byte);
 
-and ``fx_group``, a group of ``fx_mc0`` (``fx_mc`` without few-shot) and ``fx_mcq`` (other tags). ``dataset_path: json`` with
+and ``fx_group``, a group of ``fx_mc0`` (``fx_mc`` without few-shot) and ``fx_mcq`` (the answer's last
+word among the choices' last words, after the rest of the answer: short continuations, some of them greedy). ``dataset_path: json`` with
 ``data_files``: no hub access.
 """
 
@@ -44,7 +45,7 @@ def _rows() -> list[dict]:
         gold = i % 3  # the right answer in each position
         choices[0], choices[gold] = choices[gold], choices[0]
         out.append({"question": r["question"], "answer": r["answer"], "choices": choices, "gold": gold,
-                    "short": r["answer"].split(" ")[-1].rstrip(".")})
+                    "stem": r["answer"].rsplit(" ", 1)[0], "words": [c.rsplit(" ", 1)[1] for c in choices]})
     return out
 
 
@@ -72,7 +73,7 @@ def write_tasks(root: Path) -> Path:
     (root / "fx_mc0.yaml").write_text((root / "fx_mc.yaml").read_text().replace("task: fx_mc", "task: fx_mc0")
                                       .replace("num_fewshot: 1", "num_fewshot: 0"))
     (root / "fx_mcq.yaml").write_text((root / "fx_mc0.yaml").read_text().replace("task: fx_mc0", "task: fx_mcq")
-                                      .replace("Question: {{question}}\\nAnswer:", "Q: {{question}}\\nA:"))
+                                      .replace("Answer:", "Answer: {{stem}}").replace("{{choices}}", "{{words}}"))
     (root / "fx_group.yaml").write_text(
         "group: fx_group\ntask:\n  - fx_mc0\n  - fx_mcq\naggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n")
     return root

@@ -60,6 +60,12 @@ def test_unservable_task_named_before_model(tasks, tmp_path, capsys):
     assert "task 'fx_image' is multimodal (doc_to_image)" in line
 
 
+def test_task_in_two_top_level_names(tasks, tmp_path, capsys):
+    need_lm_eval()
+    line = _run("fx_mc0,fx_group", str(tasks), tmp_path, capsys)
+    assert "task 'fx_mc0' is named twice ('fx_mc0' and 'fx_group')" in line
+
+
 def test_missing_data_file(tasks, tmp_path, capsys):
     need_lm_eval()
     line = _run("fx_missing", str(tasks), tmp_path, capsys)
