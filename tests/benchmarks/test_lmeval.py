@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.lmeval_tasks import MODEL, ROWS, need_lm_eval, write_tasks
+from tests.benchmarks.lmeval_tasks import MODEL, REPO, ROWS, need_lm_eval, write_tasks
 
 TASKS = "fx_mc,fx_gen,fx_roll,fx_group"
 
@@ -140,29 +140,35 @@ def test_report_section(runs):
     assert "lm-evaluation-harness" in html
 
 
-def test_evaldag_lm_inside_simple_evaluate(runs, tmp_path):
-    """The other direction (docs/lmeval.md's example): HFLM's numbers; a second run from the cache, no weights."""
+def test_evaldag_lm_inside_simple_evaluate(runs):
+    """The other direction: lm-evaluation-harness's simple_evaluate on EvaldagLM gives HFLM's numbers."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     from evaldag.benchmarks.lmeval.lm import EvaldagLM
     from evaldag.benchmarks.lmeval.nodes import plain
 
-    def once():
-        lm = EvaldagLM(str(MODEL), cache_dir=str(tmp_path / "cache"), dtype="fp32", device="cpu")
-        res = lm_eval.simple_evaluate(model=lm, tasks=["fx_roll"], bootstrap_iters=100, fewshot_as_multiturn=False,
-                                      task_manager=TaskManager(include_path=str(runs["tasks"]), include_defaults=False))
-        return plain(res), lm.serve.executor.stats.summary()
-
-    (res, cold), (again, warm) = once(), once()
-    for task in ("fx_roll",):
-        ref = sorted(runs["ref"]["samples"][task], key=lambda s: s["doc_id"])
-        for r in (res, again):
-            ours = sorted(r["samples"][task], key=lambda s: s["doc_id"])
-            assert _close([s["resps"] for s in ours], [s["resps"] for s in ref])
+    lm = EvaldagLM(str(MODEL), dtype="fp32", device="cpu")
+    res = plain(lm_eval.simple_evaluate(model=lm, tasks=["fx_roll"], bootstrap_iters=100, fewshot_as_multiturn=False,
+                                        task_manager=TaskManager(include_path=str(runs["tasks"]), include_defaults=False)))
+    ref = sorted(runs["ref"]["samples"]["fx_roll"], key=lambda s: s["doc_id"])
+    ours = sorted(res["samples"]["fx_roll"], key=lambda s: s["doc_id"])
+    assert _close([s["resps"] for s in ours], [s["resps"] for s in ref])
     assert _close(res["results"]["fx_roll"]["word_perplexity,none"], runs["ref"]["results"]["fx_roll"]["word_perplexity,none"])
-    assert cold["model_loaded"] is True and cold["cached"] == 0
-    assert warm["model_loaded"] is False and warm["cached"] == warm["unique"] > 0
+
+
+def test_docs_example_runs_and_caches(capsys, monkeypatch):
+    """docs/lmeval.md's example, run as written: the second evaluation comes from the cache, no weights."""
+    need_lm_eval()
+    text = (REPO / "docs" / "lmeval.md").read_text()
+    block = text.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(REPO)
+    capsys.readouterr()
+    exec(compile(block, "docs/lmeval.md", "exec"), {"__name__": "__docs__"})
+    cold, warm = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("cold", "warm"))]
+    assert cold[1] == warm[1] and float(cold[1]) > 1
+    assert cold[2] == "0" and cold[-1] == "True"  # nothing cached yet; the weights loaded
+    assert warm[2] == warm[4] != "0" and warm[-1] == "False"  # every request from the cache, no weights
 
 
 def test_composed_with_tofu_one_graph_one_model(runs, tmp_path):

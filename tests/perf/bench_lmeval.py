@@ -5,8 +5,9 @@
 The tasks are the test tasks (``tests/benchmarks/lmeval_tasks.py``: multiple choice, generation,
 rolling log-likelihood) over ``--rows`` rows. Printed: HFLM at its default batch size (1) and at
 ``auto``, then evaldag cold (empty cache) and warm (the same command again), each with its wall
-seconds and the rows it put through the model (HFLM: one per request it scores or generates;
-evaldag: the executor's ``sequences_forwarded``). Every run is a fresh process, so imports count.
+seconds and the rows it put through the model (HFLM: the requests handed to its scoring and
+generation, rolling windows counted one each; evaldag: the executor's ``sequences_forwarded``).
+Every run is a fresh process, so imports count; both index only the test tasks' folder.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ lm = HFLM(pretrained=model, dtype="float32", device="cpu", batch_size=bs if bs =
 rows = {"n": 0}
 for name in ("loglikelihood", "generate_until"):
     orig = getattr(lm, "_loglikelihood_tokens" if name == "loglikelihood" else name)
-    def wrap(reqs, *a, _orig=orig, **k):
-        rows["n"] += len(reqs)
-        return _orig(reqs, *a, **k)
+    def wrap(*a, _orig=orig, **k):
+        rows["n"] += len(k["requests"] if "requests" in k else a[0])
+        return _orig(*a, **k)
     setattr(lm, "_loglikelihood_tokens" if name == "loglikelihood" else name, wrap)
-lm_eval.simple_evaluate(model=lm, tasks=tasks.split(","), task_manager=TaskManager(include_path=sys.argv[4]),
+lm_eval.simple_evaluate(model=lm, tasks=tasks.split(","), task_manager=TaskManager(include_path=sys.argv[4], include_defaults=False),
                         bootstrap_iters=100, log_samples=False)
 print(json.dumps(rows))
 """
