@@ -46,6 +46,10 @@ def runs(tmp_path_factory):
     ref_lm = HFLM(pretrained=str(MODEL), dtype="float32", batch_size=1, device="cpu", logits_cache=False)
     ref = lm_eval.simple_evaluate(model=ref_lm, tasks=TASKS.split(","), task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
                                   log_samples=True, bootstrap_iters=100, fewshot_as_multiturn=False)
+    chat_ref = lm_eval.simple_evaluate(model=ref_lm, tasks=["fx_mc0", "fx_gen"], limit=2, apply_chat_template=True,
+                                       system_instruction="Be brief.", fewshot_as_multiturn=True, log_samples=True,
+                                       task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+                                       bootstrap_iters=0)
     out, cache = root / "out", root / "cache"
     argv = ["run", "lmeval", "--tasks", TASKS, "--include-path", str(tasks), "--model", str(MODEL), "--dtype", "fp32",
             "--device", "cpu", "--bootstrap-iters", "100", "--out", str(out), "--cache-dir", str(cache), "--quiet"]
@@ -54,7 +58,11 @@ def runs(tmp_path_factory):
     cold_results = (out / "lm_eval_results.json").read_text()
     assert main(argv) == 0  # warm
     assert (out / "lm_eval_results.json").read_text() == cold_results  # written again from the store
-    return {"ref": plain(ref), "out": out, "cold": cold, "warm": json.loads((out / "run.json").read_text()), "tasks": tasks}
+    chat = root / "chat"
+    assert main(["run", "lmeval", "--tasks", "fx_mc0,fx_gen", "--limit", "2", "--template", "chat", "--system-prompt",
+                 "Be brief.", "--include-path", str(tasks), "--model", str(MODEL), "--dtype", "fp32", "--device", "cpu",
+                 "--bootstrap-iters", "0", "--out", str(chat), "--cache-dir", str(cache), "--quiet"]) == 0
+    return {"ref": plain(ref), "chat_ref": plain(chat_ref), "chat": chat, "out": out, "cold": cold, "warm": json.loads((out / "run.json").read_text()), "tasks": tasks}
 
 
 def _samples(out: Path, task: str) -> list[dict]:
@@ -89,6 +97,17 @@ def test_samples_equal_hflm(runs, task):
         assert any(a["resps"][0][0].strip() for a in ours)
     if task == "fx_mcq":  # the greedy flags, compared exactly above, are not all alike
         assert len({x[0][1] for a in ours for x in a["resps"]}) == 2
+
+
+@pytest.mark.parametrize("task", ["fx_mc0", "fx_gen"])
+def test_chat_template_and_system_prompt_equal_hflm(runs, task):
+    """--template chat / --system-prompt: its apply_chat_template / system_instruction, prompt and answers alike."""
+    ours = _samples(runs["chat"], task)
+    ref = sorted(runs["chat_ref"]["samples"][task], key=lambda s: s["doc_id"])
+    assert len(ours) == len(ref) == 2
+    for a, b in zip(ours, ref):
+        assert a["arguments"] == b["arguments"] and "Be brief." in json.dumps(a["arguments"])
+        assert _close(a["resps"], b["resps"])
 
 
 def test_aggregates_equal_hflm(runs):
