@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...engine import Node
+from ...engine import HFModel, Node
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.cli.types import positive_int
 from ...engine.render.report_html import RunFolder, Section
@@ -99,7 +99,11 @@ class LmevalBenchmark(Benchmark):
             raise ValueError(str(e)) from None
         if not cfg.model:
             raise ValueError("--model is required (a local checkpoint folder)")
-        return self.nodes(cfg, plan), {"model": common.hf_model(cfg.model, cfg)}
+        model = common.hf_model(cfg.model, cfg)
+        if not isinstance(model, HFModel):  # EvaldagLM reads the tokenizer and config.json from the folder
+            raise ValueError(f"--model {cfg.model}: lmeval serves a local checkpoint (a folder or hf:DIR); "
+                             "lm-evaluation-harness tokenizes with the checkpoint's own tokenizer and config")
+        return self.nodes(cfg, plan), {"model": model}
 
     def write_outputs(self, result: Any, out_dir: Any, config: Any) -> list:
         return outputs.write(result, out_dir)

@@ -21,12 +21,12 @@ def tasks(tmp_path_factory):
     return root
 
 
-def _run(tasks_arg: str, include: str, tmp_path, capsys) -> str:
+def _run(tasks_arg: str, include: str, tmp_path, capsys, model: str = str(MODEL)) -> str:
     from evaldag.engine.cli import main
 
     out = tmp_path / "out"
     capsys.readouterr()
-    code = main(["run", "lmeval", "--tasks", tasks_arg, "--include-path", include, "--model", str(MODEL),
+    code = main(["run", "lmeval", "--tasks", tasks_arg, "--include-path", include, "--model", model,
                  "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -64,6 +64,12 @@ def test_task_in_two_top_level_names(tasks, tmp_path, capsys):
     need_lm_eval()
     line = _run("fx_mc0,fx_group", str(tasks), tmp_path, capsys)
     assert "task 'fx_mc0' is named twice ('fx_mc0' and 'fx_group')" in line
+
+
+def test_model_without_a_checkpoint_folder(tasks, tmp_path, capsys):
+    need_lm_eval()
+    line = _run("fx_mc", str(tasks), tmp_path, capsys, model="toy:0")
+    assert "--model toy:0: lmeval serves a local checkpoint" in line
 
 
 def test_missing_data_file(tasks, tmp_path, capsys):
