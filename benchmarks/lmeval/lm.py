@@ -83,7 +83,7 @@ class EvaldagLM(HFLM):
             model = HFModel(pretrained, dtype=dtype, device=device, attention_mask="padding")
         self.resource = model
         self.pretrained = path = str(getattr(model, "path", pretrained))
-        tok_path = str(getattr(model, "tokenizer_path", None) or path)
+        tok_path = str(getattr(model, "tokenizer_source", None) or path)  # --tokenizer, when the folder has none
         import transformers
 
         self._config = transformers.AutoConfig.from_pretrained(path)
