@@ -64,3 +64,18 @@ def test_task_digest_follows_the_data_and_the_yaml(tmp_path):
     assert second != first
     (root / "fx_mc.yaml").write_text((root / "fx_mc.yaml").read_text().replace("num_fewshot: 1", "num_fewshot: 2"))
     assert plan(("fx_mc",), str(root)).digest not in (first, second)
+
+
+def test_add_bos_token_and_prefix_token_follow_hflms_settings():
+    """No weights load: the tokenizer alone decides the ids, as HFLM's settings say (0.4.13 adds the BOS by default)."""
+    need_lm_eval()
+    from evaldag.benchmarks.lmeval.lm import EvaldagLM
+    from tests.benchmarks.lmeval_tasks import MODEL
+
+    default, off = EvaldagLM(str(MODEL)), EvaldagLM(str(MODEL), add_bos_token=False, prefix_token_id=1)
+    bos = default.tokenizer.bos_token_id
+    assert default.tok_encode("Hello world")[0] == bos and off.tok_encode("Hello world")[0] != bos
+    assert default.tok_encode("Hello world")[1:] == off.tok_encode("Hello world")
+    assert (default.prefix_token_id, off.prefix_token_id) == (bos, 1)
+    assert default.identity()["adds_bos"] is True and off.identity()["adds_bos"] is False
+    assert default.identity()["max_length"] == 1024  # the checkpoint's max_position_embeddings, read from config.json
