@@ -10,6 +10,7 @@ causal trace on the original model. See docs/editing.md.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ...engine import Node
@@ -97,6 +98,11 @@ class EditingBenchmark(Benchmark):
 
     def build(self, cfg: EditingConfig) -> tuple[list[Node], dict[str, Any]]:
         res = spec.resources(cfg)  # every check that needs no forward pass runs here
+        if set(CORPUS_METRICS) & set(cfg.metrics):  # which scalar the run reports, said aloud
+            how = (f"the inverse of C + {cfg.cov_ridge:g} I (--cov-ridge)" if cfg.cov_ridge else
+                   "the exact inverse of C (lm-debugger's; make_edit --method rome solves with --cov-ridge 0.01)")
+            print(f"evaldag: note: ROME diagnostics on layer(s) {', '.join(map(str, spec.rome(cfg)['layers']))} with {how}, "
+                  f"context templates {cfg.context_templates}", file=sys.stderr)
         return spec.nodes(cfg), res
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:

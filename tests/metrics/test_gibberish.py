@@ -134,6 +134,15 @@ def test_metrics_all_includes_them_only_with_a_classifier():
     assert "forget_gibberish" in MuseConfig(metrics=("all",), classifier_model="x").metrics
     with pytest.raises(ValueError, match="forget_Q_A_gibberish needs a sequence classifier: give --classifier-model"):
         TofuConfig(metrics=("default", "forget_Q_A_gibberish"))
+    # the command line's --metrics all, without and with --classifier-model
+    from argparse import Namespace
+
+    from evaldag.engine.registry import BENCHMARKS
+
+    tofu = BENCHMARKS.get("tofu")
+    assert "forget_Q_A_gibberish" not in tofu.metrics_from_args(Namespace(metrics="all", classifier_model=None))
+    assert "forget_Q_A_gibberish" in tofu.metrics_from_args(Namespace(metrics="all", classifier_model="x"))
+    assert "forget_Q_A_gibberish" in tofu.metrics_from_args(Namespace(metrics="default,forget_Q_A_gibberish", classifier_model=None))
 
 
 def evaldag(capsys, *argv) -> tuple[int, str]:

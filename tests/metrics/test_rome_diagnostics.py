@@ -152,12 +152,15 @@ def test_one_corpus_pass_serves_both_metrics(runs):
         assert (f'<tr data-key="{key}" class="warn">' in rome["report"]) == (item["value"] < 1), key
 
 
-def test_ridge_gives_the_divisor_of_make_edit(runs, edited, by_hand):
+def test_ridge_gives_the_divisor_of_make_edit(runs, edited, by_hand, capsys):
     """--cov-ridge 0.01 --context-templates none: make_edit --method rome's change is
     delta (C+rI)^-1 k / (k . (C+rI)^-1 k), i.e. ROME's delta u / (k . u) with u normalised."""
     tmp = Path(runs[0]["out"]).parent
+    capsys.readouterr()
     got = _run(tmp, "ridge", edited, "--metrics", "rome_denominator", "--cov-ridge", "0.01",
                "--context-templates", "none")
+    assert ("evaldag: note: ROME diagnostics on layer(s) 2 with the inverse of C + 0.01 I (--cov-ridge), "
+            "context templates none") in capsys.readouterr().err
     _, model, enc, down, _, cov = by_hand
     den = got["eval"]["rome_denominator"]
     exact = runs[1]["eval"]["rome_denominator"]["value_by_index"]
