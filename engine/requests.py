@@ -55,16 +55,19 @@ class Request:
     def key(self) -> str:
         return self._key
 
+    def length(self) -> int:
+        """Tokens this request puts through the model (for sorting and budgets)."""
+        raise NotImplementedError
+
 
 def _keyed(value: Any) -> dict:
     """A dataclass field of a request as its key sees it: ``asdict``, less the fields added
     later (``key_omits_default``) that are at their default, so old keys stay what they were."""
-    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
-            if not (f.metadata.get("key_omits_default") and getattr(value, f.name) == f.default)}
-
-    def length(self) -> int:
-        """Tokens this request puts through the model (for sorting and budgets)."""
-        raise NotImplementedError
+    out = dataclasses.asdict(value)
+    for f in dataclasses.fields(value):
+        if f.metadata.get("key_omits_default") and getattr(value, f.name) == f.default:
+            del out[f.name]
+    return out
 
 
 @dataclass(frozen=True)
