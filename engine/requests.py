@@ -48,7 +48,7 @@ class Request:
             v = getattr(self, f.name)
             if f.metadata.get("key_omits_default") and v == f.default:
                 continue  # a field added later: at its default the key stays what it was before
-            payload[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+            payload[f.name] = _keyed(v) if dataclasses.is_dataclass(v) else v
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -58,6 +58,16 @@ class Request:
     def length(self) -> int:
         """Tokens this request puts through the model (for sorting and budgets)."""
         raise NotImplementedError
+
+
+def _keyed(value: Any) -> dict:
+    """A dataclass field of a request as its key sees it: ``asdict``, less the fields added
+    later (``key_omits_default``) that are at their default, so old keys stay what they were."""
+    out = dataclasses.asdict(value)
+    for f in dataclasses.fields(value):
+        if f.metadata.get("key_omits_default") and getattr(value, f.name) == f.default:
+            del out[f.name]
+    return out
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,8 @@ class GenerationSettings:
     top_p: float = 1.0
     seed: int | None = None
     stop_strings: tuple[str, ...] = ()
+    # sample among the k likeliest tokens only (0: all); ROME's context templates draw with top-k 5
+    top_k: int = field(default=0, metadata={"key_omits_default": True})
 
     def __post_init__(self) -> None:
         if self.do_sample and self.seed is None:

@@ -10,6 +10,7 @@ causal trace on the original model. See docs/editing.md.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ...engine import Node
@@ -18,7 +19,7 @@ from ...engine.cli.types import positive_int
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report, spec
-from .config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
+from .config import ALL_METRICS, CORPUS_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
 
 
 def _ints(text: str | None) -> tuple[int, ...] | None:
@@ -38,7 +39,7 @@ class EditingBenchmark(Benchmark):
     metadata = {"licence": "the shipped edits and texts are invented by evaldag (Apache-2.0), built from the demo's "
                            "fictitious authors by tests/asset_builders/editing/make_assets.py; the trace model in assets/tracer "
                            "and its facts, edits and texts are made by tests/asset_builders/editing/make_tracer.py (Apache-2.0 too)"}
-    resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR"}
+    resource_flags = {"model": "--model EDITED_DIR", "base_model": "--base-model ORIGINAL_DIR", "corpus": "--corpus FILE"}
     takes_model = True  # --model (here: the edited checkpoint) is the CLI's
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -61,6 +62,14 @@ class EditingBenchmark(Benchmark):
         g.add_argument("--trace-edits", default=None, help="EDITING: indices of the edits to trace (default: all)")
         g.add_argument("--trace-occurrence", choices=["first", "last"], default="last",
                        help="EDITING: which mention of the subject the noise corrupts (ROME: first)")
+        g.add_argument("--corpus", default=None, help="EDITING: texts for ROME's key covariance (rome_denominator, rome_key_ood), "
+                                                      "none of them scored (JSON/JSONL of {text} or one per line)")
+        g.add_argument("--cov-ridge", type=float, default=0.0,
+                       help="EDITING: add R * I to the key covariance before inverting (default 0: lm-debugger's exact inverse; "
+                            "make_edit --method rome uses 0.01)")
+        g.add_argument("--rome-layers", default=None, help="EDITING: layers of the ROME diagnostics (e.g. 2); default: every manipulated layer")
+        g.add_argument("--context-templates", choices=["rome", "none"], default="rome",
+                       help="EDITING: average the subject's key over ROME's sampled prefixes (rome) or take the bare prompt's (none)")
 
     def config_from_args(self, args: argparse.Namespace) -> EditingConfig:
         return EditingConfig(
@@ -70,7 +79,16 @@ class EditingBenchmark(Benchmark):
             ppl_per_text=args.ppl_per_text,
             trace_samples=args.trace_samples, trace_noise=args.trace_noise, trace_seed=args.trace_seed,
             trace_window=args.trace_window, trace_edits=_ints(args.trace_edits), trace_occurrence=args.trace_occurrence,
-            backend_options=common.backend_options(args).get("model", {}))
+            backend_options=common.backend_options(args).get("model", {}),
+            corpus=args.corpus, cov_ridge=args.cov_ridge, rome_layers=_ints(args.rome_layers), context_templates=args.context_templates)
+
+    def metrics_from_args(self, args: argparse.Namespace) -> tuple[str, ...]:
+        """The menu's names; ``all`` brings the ROME diagnostics only with --corpus (named, they need it)."""
+        names = super().metrics_from_args(args)
+        if getattr(args, "corpus", None):
+            return names
+        given = {w.strip() for w in (getattr(args, "metrics", None) or "").split(",")}
+        return tuple(n for n in names if n not in CORPUS_METRICS or n in given or "rome_diagnostics" in given)
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=DEFAULT_METRICS, all=ALL_METRICS, groups=GROUPS)
@@ -80,8 +98,14 @@ class EditingBenchmark(Benchmark):
 
     def build(self, cfg: EditingConfig) -> tuple[list[Node], dict[str, Any]]:
         res = spec.resources(cfg)  # every check that needs no forward pass runs here
+        if set(CORPUS_METRICS) & set(cfg.metrics):  # which scalar the run reports, said aloud
+            how = (f"the inverse of C + {cfg.cov_ridge:g} I (--cov-ridge)" if cfg.cov_ridge else
+                   "the exact inverse of C (lm-debugger's; make_edit --method rome solves with --cov-ridge 0.01)")
+            print(f"evaldag: note: ROME diagnostics on layer(s) {', '.join(map(str, spec.rome(cfg)['layers']))} with {how}, "
+                  f"context templates {cfg.context_templates}", file=sys.stderr)
         return spec.nodes(cfg), res
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        html = report.section_html(runs, self.group)
-        return [Section("Causal traces", html, order=40, id="editing-traces")] if html else []
+        html, rome = report.section_html(runs, self.group), report.rome_html(runs, self.group)
+        return ([Section("Causal traces", html, order=40, id="editing-traces")] if html else []) + \
+            ([Section("ROME conditioning", rome, order=41, id="editing-rome")] if rome else [])

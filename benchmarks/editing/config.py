@@ -4,22 +4,26 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: every node the benchmark can put in EDITING_EVAL.json
 ALL_METRICS = (
     "weight_delta_norm", "perplexity", "perplexity_base", "perplexity_change",
     "efficacy", "efficacy_base", "generalization", "generalization_base", "specificity", "specificity_base",
     "efficacy_dataset", "causal_trace", "causal_trace_mlp", "causal_trace_attn",
+    "rome_denominator", "rome_key_ood",
 )
+#: ROME's conditioning diagnostics read --corpus: `all` brings them only when one is given
+CORPUS_METRICS = ("rome_denominator", "rome_key_ood")
 #: the MLP and attention traces cost ``window``-wide restores over every cell: asked for by name
-DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m not in ("causal_trace_mlp", "causal_trace_attn"))
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m not in ("causal_trace_mlp", "causal_trace_attn", *CORPUS_METRICS))
 #: words --metrics takes for several entries (distinct from every entry's own name)
 GROUPS = {
     "traces": ("causal_trace", "causal_trace_mlp", "causal_trace_attn"),
     "edit_success": ("efficacy", "efficacy_base", "generalization", "generalization_base", "specificity",
                  "specificity_base", "efficacy_dataset"),
     "perplexities": ("perplexity", "perplexity_base", "perplexity_change"),
+    "rome_diagnostics": CORPUS_METRICS,
 }
 
 
@@ -58,3 +62,15 @@ class EditingConfig(BaseModel):
     # --model's qualifiers (tokenizer, served_model, api_key_env, fallback; docs/servers.md);
     # --base-model shares --model's tokenizer (an edit changes weights, never the tokenizer)
     backend_options: dict[str, str] = {}
+    corpus: str | None = None       # texts for ROME's key covariance (rome_denominator, rome_key_ood)
+    cov_ridge: float = Field(0.0, ge=0)  # 0: lm-debugger's exact inverse; make_edit --method rome uses 0.01
+    rome_layers: tuple[int, ...] | None = None  # None: the manipulated layers
+    context_templates: Literal["rome", "none"] = "rome"
+
+    @model_validator(mode="after")
+    def _corpus(self) -> "EditingConfig":
+        wanted = [m for m in self.metrics if m in CORPUS_METRICS]
+        if wanted and not self.corpus:
+            raise ValueError(f"{wanted[0]} needs --corpus FILE: texts for ROME's key covariance that no metric scores "
+                             "(the trace model ships assets/tracer/corpus.json)")
+        return self

@@ -74,3 +74,40 @@ def section_html(runs: list[Any], group: str = "EDITING") -> str:
             parts.append(f'<details class="ed-trace" open><summary>{name}: {escape(metric)} '
                          f'({len(vbi)} edits; restoring the {label} at each token and layer)</summary>{maps}</details>')
     return "".join(parts)
+
+
+def rome_html(runs: list[Any], group: str = "EDITING") -> str:
+    """Per run, a row per (edit, layer): efficacy beside ROME's denominator and key norm, with
+    lm-debugger's warning on a denominator below 1 ('' when no run has the diagnostics)."""
+    parts = []
+    for run in runs:
+        ev = run.evals.get(group) or {}
+        den = (ev.get("rome_denominator") or {}).get("value_by_index") or {}
+        ood = (ev.get("rome_key_ood") or {}).get("value_by_index") or {}
+        if not den and not ood:
+            continue
+        eff = (ev.get("efficacy") or {}).get("value_by_index") or {}
+        how = (ev.get("rome_denominator") or ev.get("rome_key_ood") or {}).get("covariance", "")
+        rows = []
+        for key in dict.fromkeys([*den, *ood]):
+            item = den.get(key) or ood.get(key) or {}
+            edit = key.split("/")[0]
+            e = eff.get(edit, {}).get("score") if isinstance(eff.get(edit), dict) else None
+            d = den.get(key, {}).get("value")
+            o = ood.get(key, {}).get("value")
+            warn = isinstance(d, (int, float)) and d < 1
+            cells = [edit, str(item.get("layer", "")), str(item.get("subject", "")),
+                     "" if e is None else f"{e:.3f}", "" if d is None else f"{d:.4g}", "" if o is None else f"{o:.4g}"]
+            tds = "".join(f"<td>{escape(c)}</td>" for c in cells)
+            note = f'<td class="warn" title="{escape(WARNING)}">&lt; 1: large update</td>' if warn else "<td></td>"
+            cls = ' class="warn"' if warn else ""
+            rows.append(f'<tr data-key="{escape(key)}"{cls}>{tds}{note}</tr>')
+        name = escape(getattr(run, "title", "") or str(getattr(run, "path", "")))
+        parts.append(f'<details class="ed-rome" open><summary>{name}: ROME conditioning ({escape(how)})</summary>'
+                     '<table><tr><th>edit</th><th>layer</th><th>subject</th><th>efficacy</th><th>rome_denominator</th>'
+                     f'<th>rome_key_ood</th><th></th></tr>{"".join(rows)}</table>'
+                     f'<p>{escape("rome_denominator " + WARNING)}</p></details>')
+    return "".join(parts)
+
+
+WARNING = "< 1: exceptionally small values make the weight delta matrix excessively large (lm-debugger)"

@@ -19,10 +19,12 @@ from ...metrics.editing.causal_trace import causal_trace
 from ...metrics.editing.efficacy import efficacy, efficacy_dataset
 from ...metrics.editing.perplexity import perplexity, perplexity_change
 from ...metrics.editing.prompts import check_edit
+from ...metrics.editing.rome_diagnostics import rome_denominator, rome_key_ood
 from ...metrics.editing.weight_delta_norm import weight_delta_norm
 from .. import common
 from .config import ALL_METRICS, EditingConfig
 from .data import load_edits, load_texts
+from .rome_checks import check_rome_layers, rome_layers
 
 GROUP = "EDITING"
 BASE = {"model": "base_model"}
@@ -73,7 +75,14 @@ def recipes(cfg: EditingConfig) -> dict[str, Callable[[], Node]]:
         "causal_trace": lambda: causal_trace(restore="hidden", **trace),
         "causal_trace_mlp": lambda: causal_trace(restore="mlp", window=cfg.trace_window, **trace),
         "causal_trace_attn": lambda: causal_trace(restore="attn", window=cfg.trace_window, **trace),
+        "rome_denominator": lambda: rome_denominator(**rome(cfg)),
+        "rome_key_ood": lambda: rome_key_ood(**rome(cfg)),
     }
+
+
+def rome(cfg: EditingConfig) -> dict:
+    """The ROME diagnostics' params: layers, ridge, templates (the covariance node is shared)."""
+    return {"layers": rome_layers(cfg), "ridge": cfg.cov_ridge, "templates": cfg.context_templates}
 
 
 def nodes(cfg: EditingConfig) -> list[Node]:
@@ -118,6 +127,8 @@ def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
         bad = [x for x in cfg.layers or () if not 0 <= x < n]
         if bad:
             raise ValueError(f"layer {bad[0]} is out of range: the base model has {n} layers (0..{n - 1})")
+    if any(m in cfg.metrics for m in ("rome_denominator", "rome_key_ood")):
+        check_rome_layers(cfg, [r["text"] for r in load_texts(cfg.corpus)] if cfg.corpus and Path(cfg.corpus).is_file() else None)
     bad_edits = [i for i in cfg.trace_edits or () if not 0 <= i < len(edits)]
     if bad_edits:
         raise ValueError(f"trace edit index {bad_edits[0]} is out of range: there are {len(edits)} edits")
@@ -135,5 +146,9 @@ def resources(cfg: EditingConfig) -> dict[str, Any]:
         opts = common.ModelOptions(dtype=cfg.dtype, device=cfg.device, attention_mask="padding",
                                    backend_options={"model": quals} if quals else {})
         models[role] = common.hf_model(path, opts, flag)
-    return {**models, "edits": Rows(lambda: edits, cfg.edits or "shipped:edits.json"),
-            "texts": Rows(lambda: texts, cfg.texts or "shipped:texts.json")}
+    out = {**models, "edits": Rows(lambda: edits, cfg.edits or "shipped:edits.json"),
+           "texts": Rows(lambda: texts, cfg.texts or "shipped:texts.json")}
+    if cfg.corpus:  # ROME's key covariance: texts no metric scores
+        corpus = load_texts(cfg.corpus)
+        out["corpus"] = Rows(lambda: corpus, cfg.corpus)
+    return out

@@ -7,12 +7,13 @@ from typing import Literal
 from pydantic import field_validator
 
 from ..common import RetainOptions, menu_metrics
+from ..unlearning.classifier import ClassifierOptions
 
 DEFAULT_METRICS = ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbmem_ROUGE", "privleak", "extraction_strength")
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 
 
-class MuseConfig(RetainOptions):
+class MuseConfig(RetainOptions, ClassifierOptions):
     """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings.
 
     ``forget_icl`` / ``retain_icl`` are the knowmem few-shot (question, answer) rows; left
@@ -27,6 +28,7 @@ class MuseConfig(RetainOptions):
     knowmem_new_tokens: int = 32
     verbmem_new_tokens: int = 128
     k: float = 0.4
+    menu = "muse"  # the words of metrics (ClassifierOptions: `all` brings the gibberish metric only with a classifier)
 
     @field_validator("metrics", mode="before")
     @classmethod

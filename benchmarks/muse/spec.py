@@ -15,6 +15,7 @@ params of the knowmem nodes (their content is part of the fingerprint).
 from __future__ import annotations
 
 from ...engine import Node
+from ...metrics.unlearning.gibberish import classifier_prob
 from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
 from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
 from ...metrics.unlearning.privleak import privleak_node
@@ -55,6 +56,9 @@ class _Catalogue(Catalogue):
             }
         )
         r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.retain_side("mia_min_k")})
+        r["forget_gibberish"] = lambda: classifier_prob(  # muse_metrics/forget_gibberish.yaml: max_length 512, class 0
+            class_id=c.classifier_class_id, max_length=c.classifier_max_length or 512,
+            parents={"text": self["forget_verbmem_ROUGE"]})
 
     def _knowmem(self, side: str, icl: tuple[tuple[str, str], ...]) -> Node:
         c = self.cfg

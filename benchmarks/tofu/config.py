@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import field_validator
 
 from ..common import RetainOptions, menu_metrics
+from ..unlearning.classifier import ClassifierOptions
 
 # open-unlearning's configs/eval/tofu.yaml, in its order
 DEFAULT_METRICS = (
@@ -19,7 +20,7 @@ DEFAULT_METRICS = (
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 
 
-class TofuConfig(RetainOptions):
+class TofuConfig(RetainOptions, ClassifierOptions):
     """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings."""
 
     metrics: tuple[str, ...] = DEFAULT_METRICS
@@ -28,6 +29,7 @@ class TofuConfig(RetainOptions):
     holdout_split: str | None = None  # default: holdout<NN> matching the forget split
     max_new_tokens: int = 200  # greedy generation length for ROUGE
     k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
+    menu = "tofu"  # the words of metrics (ClassifierOptions: `all` brings the gibberish metric only with a classifier)
 
     @field_validator("metrics", mode="before")
     @classmethod

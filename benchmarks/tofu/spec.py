@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ...engine import Node
 from ...metrics.unlearning.forget_quality import forget_quality_node
+from ...metrics.unlearning.gibberish import classifier_prob
 from ...metrics.unlearning.memorization import exact_memorization_node, extraction_strength_node
 from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min_k_plus_plus, mia_reference, mia_zlib
 from ...metrics.unlearning.privleak import privleak_node
@@ -82,6 +83,9 @@ class _Catalogue(Catalogue):
         r["mia_gradnorm"] = lambda: mia_gradnorm(parents={"forget": self._grad("forget"), "holdout": self._grad("holdout")})
         r["forget_quality"] = lambda: forget_quality_node(parents={"forget": self["forget_truth_ratio"], **self.retain_side("forget_truth_ratio")})
         r["privleak"] = lambda: privleak_node(parents={"forget": self["mia_min_k"], **self.retain_side("mia_min_k")})
+        r["forget_Q_A_gibberish"] = lambda: classifier_prob(  # forget_Q_A_gibberish.yaml: max_length 32, class 0
+            class_id=self.cfg.classifier_class_id, max_length=self.cfg.classifier_max_length or 32,
+            parents={"text": self["forget_Q_A_ROUGE"]})
 
     def _truth_ratio(self, pre: str, correct: str, aggregator: str) -> Node:
         return truth_ratio(aggregator=aggregator, parents={"correct": self[correct], "wrong": self[f"{pre}_Q_A_PERT_Prob"]})

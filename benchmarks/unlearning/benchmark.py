@@ -20,6 +20,7 @@ from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report
+from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
 from .eval_logs import EvalLogs, load_eval_logs
 
 
@@ -29,7 +30,7 @@ class UnlearningBenchmark(Benchmark):
     spec: ClassVar[ModuleType]
     default_metrics: ClassVar[tuple[str, ...]] = ()
     mia_metrics: ClassVar[tuple[str, ...]] = ()
-    resource_flags = common.RESOURCE_FLAGS
+    resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID"}
     takes_model = True  # --model is the CLI's (engine/cli/models.py); model_options reads args.model
 
     def metric_menu(self) -> MetricMenu:
@@ -38,6 +39,7 @@ class UnlearningBenchmark(Benchmark):
     # -- the command line: shared flags, then the benchmark's own
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p)
+        add_classifier_arguments(p)
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -50,8 +52,13 @@ class UnlearningBenchmark(Benchmark):
             metrics=self.metrics_from_args(args),
             data=common.bench_option(args, self.name, "data"),
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
+            **classifier_options(args),
             **self.own_config(args),
         )
+
+    def metrics_from_args(self, args: argparse.Namespace) -> tuple[str, ...]:
+        """The menu's names; ``all`` brings the gibberish metrics only with --classifier-model."""
+        return gated(super().metrics_from_args(args), getattr(args, "metrics", None), bool(getattr(args, "classifier_model", None)))
 
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
         """The Config fields only this benchmark has, from its own flags."""
@@ -80,6 +87,9 @@ class UnlearningBenchmark(Benchmark):
             logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
             resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))
         resources.update(common.model_resources(cfg))
+        classifier = classifier_resource(cfg)
+        if classifier is not None:
+            resources["classifier_model"] = classifier
         if cfg.retain_model and not cfg.reference_model and "mia_reference" in cfg.metrics:
             # the demo's choice, said aloud: the retain model is the natural reference
             print("evaldag: note: --reference-model not given: the Reference attack (mia_reference) uses "

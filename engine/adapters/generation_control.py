@@ -38,11 +38,15 @@ def row_generator(settings: Any, device: Any) -> Any:
 
 
 def draw(scores: Any, settings: Any, gen: Any) -> Any:
-    """One token id (a 1-element tensor) from a row's ``[vocab]`` scores, after temperature
-    and top-p, drawn from the row's own generator."""
+    """One token id (a 1-element tensor) from a row's ``[vocab]`` scores, after temperature,
+    top-k and top-p, drawn from the row's own generator."""
     import torch
 
     probs = torch.softmax(scores.float() / settings.temperature, dim=-1)
+    top_k = getattr(settings, "top_k", 0)
+    if 0 < top_k < probs.shape[0]:  # the k likeliest tokens, renormalised (ROME's generate_fast)
+        kept = torch.zeros_like(probs).scatter(0, probs.topk(top_k).indices, 1.0)
+        probs = probs * kept
     if settings.top_p < 1.0:
         sp, order = probs.sort(descending=True)
         sp[(sp.cumsum(0) - sp) >= settings.top_p] = 0  # mass before this token already reaches top_p

@@ -234,7 +234,7 @@ def _sampling_body(s: Any) -> dict[str, Any]:
     and top-p; stop strings stay in the text (vLLM drops them otherwise) so they are cut locally."""
     body: dict[str, Any] = {"max_tokens": s.max_new_tokens, "temperature": s.temperature if s.do_sample else 0}
     if s.do_sample:
-        body.update(seed=int(s.seed), top_p=s.top_p)
+        body.update(seed=int(s.seed), top_p=s.top_p, **({"top_k": s.top_k} if getattr(s, "top_k", 0) else {}))
     if s.stop_strings:
         body.update(stop=list(s.stop_strings), include_stop_str_in_output=True)
     return body

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evaldag.benchmarks.editing import spec
-from evaldag.benchmarks.editing.config import ALL_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
+from evaldag.benchmarks.editing.config import ALL_METRICS, CORPUS_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
 from evaldag.benchmarks.editing.data import load_edits, normalise_edit
 from evaldag.benchmarks.editing.make_edit import make_edited_checkpoint
 from evaldag.benchmarks.editing.report import heatmap_svg
@@ -31,7 +31,8 @@ def edited(tmp_path_factory):
 
 
 def test_edit_shows_real_signal(edited, cache_dir):
-    cfg = EditingConfig(model=str(edited), base_model=str(BASE), metrics=ALL_METRICS, trace_samples=3, trace_edits=(0,),
+    every = tuple(m for m in ALL_METRICS if m not in CORPUS_METRICS)  # the ROME diagnostics need --corpus
+    cfg = EditingConfig(model=str(edited), base_model=str(BASE), metrics=every, trace_samples=3, trace_edits=(0,),
                         edits=str(edited.parent / "edits.json"))
     res = run(spec.nodes(cfg), spec.resources(cfg), cache_dir=str(cache_dir))
     assert res.ok, [r.error for r in res.failures()]
