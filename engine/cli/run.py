@@ -233,6 +233,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
             nodes += n
             resources.update(res)
         nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
+        resources.update(getattr(args, "in_memory", None) or {})  # integrations/: the Trainer's model for --model's
         if held["shared_only"]:  # a checkpoint-parallel sweep's first step: only what every checkpoint shares
             nodes = shared_graph(Graph(nodes), resources)
             if nodes is None:

@@ -1,0 +1,124 @@
+"""EvaldagCallback: a tiny Trainer run on CPU evaluated at 3 steps, the numbers equal to CLI runs
+on the saved checkpoints (which then find everything cached), a 2-rank DDP run, bad input."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from evaldag.engine import cli  # noqa: E402
+from evaldag.engine.adapters.hf import HFModel  # noqa: E402
+from evaldag.engine.cache import Cache, aliases  # noqa: E402
+from evaldag.engine.integrations import EvaldagCallback  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from tiny_trainer import OPTIONS, TINY, TOFU, make_trainer  # noqa: E402
+
+ARGS = ["run", "tofu", "--data", str(TOFU), "--retain-model", str(TINY / "retain"),
+        "--metrics", "forget_Q_A_Prob,forget_quality", "--max-new-tokens", "8", "--quiet"]
+STEPS = (4, 8, 12)
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """12 steps of gradient ascent, saved and evaluated every 4 steps (3 evaluations)."""
+    root = tmp_path_factory.mktemp("train")
+    trainer = make_trainer(root / "out", steps=12, save_steps=4)
+    cb = EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, cache_dir=str(root / "cache"), **OPTIONS)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    return root, trainer, cb, seconds
+
+
+def test_the_callback_evaluates_at_each_save_and_logs_through_the_trainer(trained):
+    root, trainer, cb, seconds = trained
+    evald = root / "out" / "evaldag"
+    assert [h["step"] for h in cb.history] == list(STEPS) and all(h["exit"] == 0 for h in cb.history)
+    sums = [_json(evald / f"step-{s}" / "TOFU_SUMMARY.json") for s in STEPS]
+    assert all(set(s) == {"forget_Q_A_Prob", "forget_quality"} for s in sums)
+    probs = [s["forget_Q_A_Prob"] for s in sums]
+    assert probs[0] > probs[1] > probs[2] > 0  # gradient ascent pushes the forget set's probability down
+    logged = {e["step"]: e for e in trainer.state.log_history if "evaldag/forget_Q_A_Prob" in e}
+    assert sorted(logged) == list(STEPS)  # what TensorBoard / W&B would receive, at the trainer's steps
+    for step, s in zip(STEPS, sums):
+        assert logged[step]["evaldag/forget_Q_A_Prob"] == s["forget_Q_A_Prob"]
+        assert logged[step]["evaldag/forget_quality"] == s["forget_quality"]
+    # the retain model is forwarded once for the whole training run
+    first, later = (_json(evald / f"step-{s}" / "run.json")["executor"] for s in (4, 8))
+    retain = HFModel(str(TINY / "retain")).fingerprint()
+    assert retain in first["forwarded_by_model"] and retain not in later["forwarded_by_model"]
+    assert retain in first["models_loaded"] and retain not in later["models_loaded"]
+    assert trainer.model.training  # handed back in training mode
+
+
+def test_cli_runs_on_the_saved_checkpoints_give_the_same_numbers_and_find_them_cached(trained, tmp_path):
+    root, _, _, _ = trained
+    ckpts = [root / "out" / f"checkpoint-{s}" for s in STEPS]
+    models = [a for c in ckpts for a in ("--model", str(c))]
+    # warm: the callback's cache, through the aliases recorded at each save
+    assert cli.main([*ARGS, *models, "--out", str(tmp_path / "warm"), "--cache-dir", str(root / "cache")]) == 0
+    # cold: a fresh cache, every number computed again from the saved files
+    assert cli.main([*ARGS, *models, "--out", str(tmp_path / "cold"), "--cache-dir", str(tmp_path / "c2")]) == 0
+    for step, ckpt in zip(STEPS, ckpts):
+        mine = root / "out" / "evaldag" / f"step-{step}"
+        for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
+            assert (tmp_path / "cold" / ckpt.name / name).read_bytes() == (mine / name).read_bytes()
+            assert (tmp_path / "warm" / ckpt.name / name).read_bytes() == (mine / name).read_bytes()
+        run = _json(tmp_path / "warm" / ckpt.name / "run.json")
+        assert run["executor"]["models_loaded"] == [] and run["executor"]["forwarded_by_model"] == {}
+        assert {n["status"] for n in run["nodes"].values()} == {"cached"}
+
+
+def test_an_alias_is_recorded_only_for_the_weights_evaluated(trained, tmp_path):
+    root, trainer, cb, _ = trained
+    cache = Cache(str(root / "cache"))
+    with cache.filehash.active():  # the folder's fingerprint resolves to the in-memory one
+        fp = HFModel(str(root / "out" / "checkpoint-12")).fingerprint()
+    assert fp == cb._last[1]
+    raw = HFModel(str(root / "out" / "checkpoint-12")).fingerprint()  # outside a cache: the file scheme
+    assert raw != fp and aliases.lookup(cache.root, raw) == fp
+    # a damaged record is ignored (a recomputation, never a wrong hit)
+    rec = cache.root / "aliases" / f"{raw}.json"
+    data = _json(rec)
+    rec.write_text(json.dumps({**data, "memory": "0" * 64}))
+    with pytest.warns(UserWarning, match="damaged"):
+        assert aliases.lookup(cache.root, raw) is None
+    rec.write_text(json.dumps(data))
+    # a checkpoint whose tensors differ from the model in memory gets no alias
+    import shutil
+
+    other = tmp_path / "checkpoint-4"
+    shutil.copytree(root / "out" / "checkpoint-4", other)
+    with pytest.warns(UserWarning, match="not recorded"):
+        assert cb.alias_checkpoint(other, trainer.model, cb._last[1]) is False
+
+
+def test_bad_options_fail_before_training_with_one_line(tmp_path):
+    trainer = make_trainer(tmp_path / "out", steps=2)
+    with pytest.raises(ValueError, match=r"^EvaldagCallback: unrecognized arguments: --retain-modle"):
+        EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, retain_modle="x", data=str(TOFU))
+    with pytest.raises(ValueError, match=r"unknown benchmark 'tof'; did you mean tofu"):
+        EvaldagCallback("tof", on_save=True)
+    with pytest.raises(ValueError, match=r"metric.*forget_Q_A_Porb.*forget_Q_A_Prob"):
+        EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, metrics=["forget_Q_A_Porb"], data=str(TOFU),
+                                    cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="model= is not an option here"):
+        EvaldagCallback("tofu", on_save=True, model="x")
+    with pytest.raises(ValueError, match="say when to evaluate"):
+        EvaldagCallback("tofu")
+    trainer.processing_class = None
+    trainer.model.name_or_path = str(tmp_path)  # a folder without a tokenizer
+    with pytest.raises(ValueError, match=r"^EvaldagCallback: cannot find the model's tokenizer"):
+        EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, data=str(TOFU))
