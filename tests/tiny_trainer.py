@@ -70,7 +70,8 @@ if __name__ == "__main__":  # one rank of a 2-process DDP run (gloo)
 
     out, steps, every, cache = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     trainer = make_trainer(out, steps)
-    cb = EvaldagCallback.for_trainer(trainer, "tofu", every_n_steps=every, cache_dir=cache, **OPTIONS)
+    options = {**OPTIONS, "metrics": ["forget_Q_A_Prob"], "retain_model": None}  # short: no retain side
+    cb = EvaldagCallback.for_trainer(trainer, "tofu", every_n_steps=every, cache_dir=cache, **options)
     trainer.train()
     # the job's group outlived every evaluation: one more collective works
     t = __import__("torch").tensor([1.0])
