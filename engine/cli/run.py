@@ -28,6 +28,7 @@ from .. import runlog
 from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
+from . import sweep
 from .sweep_run import run_sweep
 from .types import positive_float, positive_int
 
@@ -79,6 +80,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
     launch.add_arguments(r)
     add_model_option(r, benches)  # the one owner of --model (a sweep when repeated)
+    sweep.add_arguments(r)  # --step-of, --select (issue 32)
     for b in benches:
         b.add_arguments(r)
     return r

@@ -66,9 +66,17 @@ def test_the_callback_evaluates_at_each_save_and_logs_through_the_trainer(traine
 def test_cli_runs_on_the_saved_checkpoints_give_the_same_numbers_and_find_them_cached(trained, tmp_path):
     root, _, _, _ = trained
     ckpts = [root / "out" / f"checkpoint-{s}" for s in STEPS]
-    models = [a for c in ckpts for a in ("--model", str(c))]
+    models = [a for c in reversed(ckpts) for a in ("--model", str(c))]  # given last step first
     # warm: the callback's cache, through the aliases recorded at each save
-    assert cli.main([*ARGS, *models, "--out", str(tmp_path / "warm"), "--cache-dir", str(root / "cache")]) == 0
+    rule = "min forget_Q_A_Prob where forget_quality >= 0"
+    assert cli.main([*ARGS, *models, "--out", str(tmp_path / "warm"), "--cache-dir", str(root / "cache"),
+                     "--select", rule]) == 0
+    sweep = _json(tmp_path / "warm" / "sweep.json")
+    assert [(r["name"], r["step"], r["step_from"]) for r in sweep["checkpoints"]] == \
+        [(f"checkpoint-{s}", s, "trainer_state.json") for s in STEPS]
+    probs = sweep["table"]["TOFU"]["forget_Q_A_Prob"]
+    assert sweep["selected"]["checkpoints"] == [min(probs, key=probs.get)] == ["checkpoint-12"]
+    assert sweep["selected"]["rule"] == rule and sweep["selected"]["why"].startswith("checkpoint-12: the lowest forget_Q_A_Prob")
     # cold: a fresh cache, every number computed again from the saved files
     assert cli.main([*ARGS, *models, "--out", str(tmp_path / "cold"), "--cache-dir", str(tmp_path / "c2")]) == 0
     for step, ckpt in zip(STEPS, ckpts):
