@@ -36,7 +36,7 @@ def test_bad_step_of_values_are_one_line():
 
 def test_flat_reads_one_checkpoint_from_the_comparison_table():
     table = {"TOFU": {"a": {"x": 0.5, "y": None}}, "MUSE": {"a": {"x": 9.0}, "b": {"x": 1.0}}}
-    assert flat(table, "x") == {"a": 0.5, "b": 1.0} and flat(table, "y") == {"a": None}
+    assert flat(table, "x") == {"a": 0.5, "b": 1.0} and flat(table, "y") == {"a": None, "b": None}
 
 
 def test_a_select_rule_naming_an_unknown_metric_fails_before_anything_runs(tmp_path, capsys):
