@@ -142,3 +142,14 @@ def select(rule: Rule | str, rows: Sequence[tuple[str, dict[str, Any]]]) -> Sele
     return Selection(rule.text, front, f"the Pareto set of {axes}: {', '.join(front)} "
                      f"({len(front)} of {len(usable)}" + (f" with {where}" if where else "") + f"){left}",
                      {name: vals for name, vals in usable if name in front})
+
+
+def parse_conditions(text: str) -> tuple[tuple[str, str, float], ...]:
+    """``"forget_quality >= 0.05 and model_utility > 0.5"`` (the callback's ``stop_when=``)."""
+    return parse(f"max _ where {text}").conditions
+
+
+def holds(conditions: Sequence[tuple[str, str, float]], values: dict[str, Any]) -> bool:
+    """Every condition holds for ``values`` (a name without a number: it does not)."""
+    nums = {n: _number(values.get(n)) for n, _, _ in conditions}
+    return all(nums[n] is not None and OPS[op](nums[n], x) for n, op, x in conditions)

@@ -38,8 +38,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..adapters.hf import HFModel
+from .. import selection
 from ..cache import Cache, aliases
+from ..cache.files import atomic_write
 from ..distributed import Group
+from ..sweepdir import SWEEP_FILE, comparison, sweep_record
 from .steps import StepEvaluation, find_tokenizer, model_folder
 from .tensors import same_tensors
 
@@ -59,7 +62,8 @@ class EvaldagCallback(TrainerCallback):
     """Evaluates the in-memory model every ``every_n_steps`` steps and/or at each save."""
 
     def __init__(self, benchmark: str, *, every_n_steps: int | None = None, on_save: bool = False,
-                 tokenizer: Any = None, output_dir: str | None = None, **options: Any):
+                 tokenizer: Any = None, output_dir: str | None = None, select: str | None = None,
+                 stop_when: str | None = None, **options: Any):
         if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
             raise ValueError(f"EvaldagCallback: every_n_steps must be a positive integer, not {every_n_steps!r}")
         if not every_n_steps and not on_save:
@@ -67,6 +71,13 @@ class EvaldagCallback(TrainerCallback):
         self.every_n_steps, self.on_save_eval = every_n_steps, on_save
         self.tokenizer, self.output_dir, self.trainer = tokenizer, output_dir, None
         self.evaluation = StepEvaluation(benchmark, options, Path(output_dir or ".") / "evaldag")
+        self.select, self.stop_when = select, _stop_rule(stop_when)
+        if select:  # the sweep's --select rule, its names checked against the metrics this run computes
+            try:
+                selection.check_names(selection.parse(select), sorted(self.evaluation.metric_names()))
+            except selection.RuleError as e:
+                raise ValueError(f"EvaldagCallback: {str(e).replace('--select ', 'select=', 1)}") from None
+        self.selected: dict | None = None  # the latest choice of ``select`` over the steps so far
         self.history: list[dict[str, Any]] = []  # one row per evaluated step (step, folder, summary, fingerprint)
         self._folder: Path | None = None
         self._group: Any = None
@@ -107,12 +118,12 @@ class EvaldagCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
-            self.evaluate(model, state.global_step)
+            self._stop(control, self.evaluate(model, state.global_step))
 
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         step = state.global_step
         if self.on_save_eval and (self._last is None or self._last[0] != step):
-            self.evaluate(model, step)
+            self._stop(control, self.evaluate(model, step))
         if self._last is not None and self._last[0] == step and state.is_world_process_zero:
             self.alias_checkpoint(Path(args.output_dir) / f"checkpoint-{step}", model, self._last[1])
 
@@ -136,9 +147,36 @@ class EvaldagCallback(TrainerCallback):
                   file=sys.stderr)
         self._last = (step, resource.fingerprint())
         self.history.append({"step": step, "folder": str(out), "exit": code, "summary": numbers})
-        if self.trainer is not None and numbers:
-            self.trainer.log({f"evaldag/{k}": v for k, v in numbers.items()})
+        logs = {f"evaldag/{k}": v for k, v in numbers.items()}
+        if self.select:
+            self.selected = selection.select(self.select, [(f"step-{h['step']}", h["summary"]) for h in self.history]).to_json()
+            picked = [int(n.removeprefix("step-")) for n in self.selected["checkpoints"]]
+            if len(picked) == 1:
+                logs["evaldag/selected_step"] = picked[0]
+        if self._is_writer():
+            self._write_sweep()
+        if self.trainer is not None and logs:
+            self.trainer.log(logs)
         return numbers
+
+    def _stop(self, control: Any, numbers: dict[str, float]) -> None:
+        """``stop_when``: end training once the latest evaluation meets every condition."""
+        if self.stop_when and selection.holds(self.stop_when, numbers):
+            control.should_training_stop = True
+            self.history[-1]["stopped"] = True
+
+    def _write_sweep(self) -> None:
+        """``ROOT/sweep.json``: the steps as a sweep's checkpoints, so ``evaldag report ROOT`` reads
+        them as one sweep (step order, comparison table, ``selected``)."""
+        names = [f"step-{h['step']}" for h in self.history]
+        root = self.evaluation.root
+        record = sweep_record(names, [f"<in memory, step {h['step']}>" for h in self.history],
+                              [self.evaluation.benchmark], comparison([(n, root / n) for n in names]))
+        for row, h in zip(record["checkpoints"], self.history):
+            row.update(step=h["step"], step_from="callback")
+        if self.selected is not None:
+            record["selected"] = self.selected
+        atomic_write(root / SWEEP_FILE, (json.dumps(record, indent=2) + "\n").encode())
 
     def alias_checkpoint(self, folder: Path, model: Any, memory_fp: str) -> bool:
         """Record that the saved ``folder`` holds the evaluated weights (checked tensor by tensor)."""
@@ -160,3 +198,13 @@ class EvaldagCallback(TrainerCallback):
 
     def _is_writer(self) -> bool:
         return self._group is None or self._group.is_writer
+
+
+def _stop_rule(text: str | None) -> tuple | None:
+    if not text:
+        return None
+    try:
+        return selection.parse_conditions(text)
+    except selection.RuleError:
+        raise ValueError(f"EvaldagCallback: stop_when={text!r}: expected NAME OP NUMBER [and ...], "
+                         "OP one of >= <= > < == !=") from None

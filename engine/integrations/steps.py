@@ -113,6 +113,13 @@ class StepEvaluation:
         self.bench = BENCHMARKS.get(benchmark)
         self.group_name = (self.bench.group or self.bench.name).upper()
 
+    def metric_names(self) -> tuple[str, ...]:
+        """The metrics this evaluation computes (its --metrics), else the benchmark's whole menu."""
+        try:
+            return tuple(self.bench.metrics_from_args(self.args)) or tuple(self.bench.metric_menu().all)
+        except (ValueError, AttributeError):
+            return tuple(self.bench.metric_menu().all)
+
     def check(self, folder: Path) -> None:
         """Every option and file checked as the CLI checks them, before training starts."""
         args = self.for_folder(folder)

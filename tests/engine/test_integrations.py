@@ -35,7 +35,8 @@ def trained(tmp_path_factory):
     """12 steps of gradient ascent, saved and evaluated every 4 steps (3 evaluations)."""
     root = tmp_path_factory.mktemp("train")
     trainer = make_trainer(root / "out", steps=12, save_steps=4)
-    cb = EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, cache_dir=str(root / "cache"), **OPTIONS)
+    cb = EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, cache_dir=str(root / "cache"),
+                                     select="min forget_Q_A_Prob where forget_quality >= 0", **OPTIONS)
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -61,6 +62,15 @@ def test_the_callback_evaluates_at_each_save_and_logs_through_the_trainer(traine
     assert retain in first["forwarded_by_model"] and retain not in later["forwarded_by_model"]
     assert retain in first["models_loaded"] and retain not in later["models_loaded"]
     assert trainer.model.training  # handed back in training mode
+    # the steps as one sweep: step order, the comparison table, the choice of select=
+    sweep = _json(evald / "sweep.json")
+    assert [(r["name"], r["step"]) for r in sweep["checkpoints"]] == [(f"step-{s}", s) for s in STEPS]
+    assert sweep["table"]["TOFU"]["forget_Q_A_Prob"] == {f"step-{s}": p for s, p in zip(STEPS, probs)}
+    assert sweep["selected"]["checkpoints"] == ["step-12"] and cb.selected == sweep["selected"]
+    assert [logged[s].get("evaldag/selected_step") for s in STEPS] == [4, 8, 12]
+    page = root / "steps.html"  # `evaldag report OUTPUT_DIR/evaldag` reads the steps as a sweep's checkpoints
+    assert cli.main(["report", str(evald), "--out", str(page)]) == 0
+    assert all(f"step-{s}" in page.read_text() for s in STEPS)
 
 
 def test_cli_runs_on_the_saved_checkpoints_give_the_same_numbers_and_find_them_cached(trained, tmp_path):
@@ -111,6 +121,19 @@ def test_an_alias_is_recorded_only_for_the_weights_evaluated(trained, tmp_path):
     shutil.copytree(root / "out" / "checkpoint-4", other)
     with pytest.warns(UserWarning, match="not recorded"):
         assert cb.alias_checkpoint(other, trainer.model, cb._last[1]) is False
+
+
+def test_stop_when_ends_training_at_the_first_step_that_meets_it(tmp_path):
+    trainer = make_trainer(tmp_path / "out", steps=6)
+    cb = EvaldagCallback.for_trainer(trainer, "tofu", every_n_steps=2, data=str(TOFU), metrics=["forget_Q_A_Prob"],
+                                     max_new_tokens=8, cache_dir=str(tmp_path / "c"), stop_when="forget_Q_A_Prob < 1")
+    trainer.train()
+    assert trainer.state.global_step == 2 and [h["step"] for h in cb.history] == [2] and cb.history[0]["stopped"]
+    with pytest.raises(ValueError, match=r"^EvaldagCallback: stop_when='forget_Q_A_Prob => 1': expected NAME OP NUMBER"):
+        EvaldagCallback("tofu", on_save=True, stop_when="forget_Q_A_Prob => 1")
+    with pytest.raises(ValueError, match=r"^EvaldagCallback: select='max forget_qualty': no checkpoint has a metric "
+                                         r"'forget_qualty'; did you mean forget_quality\?"):
+        EvaldagCallback("tofu", on_save=True, select="max forget_qualty", metrics=["forget_quality"])
 
 
 def test_bad_options_fail_before_training_with_one_line(tmp_path):
