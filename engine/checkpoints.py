@@ -92,3 +92,16 @@ def flat(table: dict[str, dict[str, dict[str, Any]]], name: str) -> dict[str, An
         for metric, by in metrics.items():
             out.setdefault(metric, by.get(name))
     return out
+
+
+def run_step(name: str, folder: Path, model: str) -> int | None:
+    """The step of one run folder: its sweep's ``sweep.json`` (the folder above), else :func:`step_of`."""
+    try:
+        data = json.loads((Path(folder).parent / "sweep.json").read_text())
+        for row in data.get("checkpoints", []) if isinstance(data, dict) else []:
+            step = row.get("step") if isinstance(row, dict) and row.get("name") == Path(folder).name else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                return step
+    except (OSError, ValueError, AttributeError):
+        pass
+    return step_of(name, model, {})[0]

@@ -12,12 +12,11 @@ already-loaded run folders and the sweep's own ``sweep.json``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from . import selection
-from .checkpoints import step_of
+from .checkpoints import run_step
 from .render.curves import curve_svg, tradeoff_svg
 from .render.report_html import RunFolder, Section
 
@@ -30,17 +29,6 @@ def _model(r: RunFolder, role: str = "model") -> str:
 
 def _name(r: RunFolder) -> str:
     return Path(r.shown or r.path).name
-
-
-def _sweep_steps(r: RunFolder) -> dict[str, int]:
-    """name -> step from the ``sweep.json`` of the folder holding this run (a sweep's OUT)."""
-    try:
-        data = json.loads((Path(r.shown or r.path).parent / "sweep.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    rows = data.get("checkpoints") if isinstance(data, dict) else None
-    return {c["name"]: c["step"] for c in rows or [] if isinstance(c, dict) and isinstance(c.get("name"), str)
-            and isinstance(c.get("step"), int) and not isinstance(c.get("step"), bool)}
 
 
 def _numbers(r: RunFolder) -> dict[str, float | None]:
@@ -60,10 +48,7 @@ class TrainingCurves:
         rows = []
         for r in runs:
             name = _name(r)
-            step = _sweep_steps(r).get(name)
-            if step is None:
-                step = step_of(name, _model(r), {})[0]
-            rows.append((r, name, step, _numbers(r)))
+            rows.append((r, name, run_step(name, Path(r.shown or r.path), _model(r)), _numbers(r)))
         stepped = [x for x in rows if x[2] is not None]
         if len(stepped) < 2:
             return []
