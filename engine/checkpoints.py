@@ -105,3 +105,24 @@ def run_step(name: str, folder: Path, model: str) -> int | None:
     except (OSError, ValueError, AttributeError):
         pass
     return step_of(name, model, {})[0]
+
+
+def _run_model(folder: Path) -> str:
+    """The evaluated model's path as a run folder's run.json records it ('' when it does not)."""
+    try:
+        res = json.loads((Path(folder) / "run.json").read_text())["provenance"]["resources"]["model"]
+        return str(res["path"]) if isinstance(res, dict) and isinstance(res.get("path"), str) else ""
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def order_runs(runs: Sequence[tuple[str, Path]], note: Any = None) -> list[tuple[str, Path]]:
+    """Run folders (``evaldag report DIR...``) by training step when some have one (those without
+    after them, by name, said once); otherwise the order given."""
+    steps = [(name, folder, run_step(name, folder, _run_model(folder))) for name, folder in runs]
+    if all(s is None for _, _, s in steps):
+        return list(runs)
+    stepless = [n for n, _, s in steps if s is None]
+    if stepless and note is not None:
+        note(f"no training step for {', '.join(stepless)}: ordered by name after the others")
+    return [(n, f) for n, f, _ in sorted(steps, key=lambda x: (x[2] is None, x[2] or 0, x[0]))]

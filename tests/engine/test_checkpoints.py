@@ -51,3 +51,17 @@ def test_a_select_rule_naming_an_unknown_metric_fails_before_anything_runs(tmp_p
     assert code == 2 and err == ["evaldag: error: --select 'max forget_qualty where forget_Q_A_Prob > 0': no checkpoint "
                                  "has a metric 'forget_qualty'; did you mean forget_quality?"]
     assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+
+
+def test_report_over_several_run_folders_orders_them_by_step(tmp_path, capsys):
+    from evaldag.engine.checkpoints import order_runs
+
+    runs = []
+    for name, model in (("c", "/ck/checkpoint-300"), ("a", "/ck/checkpoint-1000"), ("b", "/ck/other"), ("d", "/ck/step-5")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"provenance": {"resources": {"model": {"path": model}}}}))
+        runs.append((name, d))
+    notes = []
+    assert [n for n, _ in order_runs(runs, notes.append)] == ["d", "c", "a", "b"]
+    assert notes == ["no training step for b: ordered by name after the others"]
