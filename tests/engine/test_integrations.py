@@ -87,12 +87,13 @@ def test_cli_runs_on_the_saved_checkpoints_give_the_same_numbers_and_find_them_c
     probs = sweep["table"]["TOFU"]["forget_Q_A_Prob"]
     assert sweep["selected"]["checkpoints"] == [min(probs, key=probs.get)] == ["checkpoint-12"]
     assert sweep["selected"]["rule"] == rule and sweep["selected"]["why"].startswith("checkpoint-12: the lowest forget_Q_A_Prob")
-    # cold: a fresh cache, every number computed again from the saved files
-    assert cli.main([*ARGS, *models, "--out", str(tmp_path / "cold"), "--cache-dir", str(tmp_path / "c2")]) == 0
+    # cold: a fresh cache, every number of the last checkpoint computed again from the saved files
+    assert cli.main([*ARGS, "--model", str(ckpts[-1]), "--out", str(tmp_path / "cold"), "--cache-dir", str(tmp_path / "c2")]) == 0
+    for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
+        assert (tmp_path / "cold" / name).read_bytes() == (root / "out" / "evaldag" / "step-12" / name).read_bytes()
     for step, ckpt in zip(STEPS, ckpts):
         mine = root / "out" / "evaldag" / f"step-{step}"
         for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
-            assert (tmp_path / "cold" / ckpt.name / name).read_bytes() == (mine / name).read_bytes()
             assert (tmp_path / "warm" / ckpt.name / name).read_bytes() == (mine / name).read_bytes()
         run = _json(tmp_path / "warm" / ckpt.name / "run.json")
         assert run["executor"]["models_loaded"] == [] and run["executor"]["forwarded_by_model"] == {}
