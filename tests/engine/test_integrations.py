@@ -115,8 +115,16 @@ def test_an_alias_is_recorded_only_for_the_weights_evaluated(trained, tmp_path):
     with pytest.warns(UserWarning, match="damaged"):
         assert aliases.lookup(cache.root, raw) is None
     rec.write_text(json.dumps(data))
-    # a checkpoint whose tensors differ from the model in memory gets no alias
+    # `cache clear` removes the aliases with the other entries it wrote (nothing left behind)
     import shutil
+
+    from evaldag.engine.cache.safety import clear_entries
+
+    copy = tmp_path / "cache-copy"
+    shutil.copytree(cache.root, copy)
+    removed, left = clear_entries(copy)
+    assert removed > 3 and left == [] and not copy.exists()
+    # a checkpoint whose tensors differ from the model in memory gets no alias
 
     other = tmp_path / "checkpoint-4"
     shutil.copytree(root / "out" / "checkpoint-4", other)
