@@ -93,11 +93,8 @@ def test_the_engine_names_no_benchmark_or_metric_module():
 LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "tqdm", "joblib",
            "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim",
            "pandas", "pyarrow",  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
-<<<<<<< HEAD
-           "peft"}  # optional (evaldag[peft]): imported only when an adapter loads
-=======
+           "peft",  # optional (evaldag[peft]): imported only when an adapter loads
            "wandb"}  # optional (evaldag[wandb]): imported only by export --wandb
->>>>>>> 605efb3 (Export (issue 32 item 4): a step column in CSV/JSONL/parquet (sweep.json, trainer_state.json or a checkpoint-N name); evaldag export --wandb PROJECT logs each run at its step and the table (wandb: a new optional extra, installed by .ci/run; tested offline))
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():
