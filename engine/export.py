@@ -11,7 +11,9 @@ pandas is needed only for ``to_pandas()`` and parquet (the ``evaldag[pandas]`` e
 * ``split``: the data split the metric's name points at (``forget_Q_A_Prob`` -> forget),
   from the generic vocabulary plus the run's benchmarks' own (TOFU's real authors);
   empty for a metric that mixes splits (model utility, an MIA);
-* ``model``: the evaluated model's path (or hub id) as run.json's provenance records it.
+* ``model``: the evaluated model's path (or hub id) as run.json's provenance records it;
+* ``step``: the training step of a checkpoint (its sweep's ``sweep.json``, its
+  ``trainer_state.json``, a ``checkpoint-N`` name: ``checkpoints.py``), empty when unknown.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .checkpoints import run_step
 from .registry import BENCHMARKS
 from .sweepdir import run_folders as sweep_runs
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
 from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
 
-COLUMNS = ("run", "model", "benchmark", "metric", "split", "value")
+COLUMNS = ("run", "model", "benchmark", "metric", "split", "value", "step")  # step: the training step, if known
 PANDAS_EXTRA = "pip install 'evaldag[pandas]'"
 
 
@@ -82,7 +85,8 @@ def splits_for(benchmarks: Iterable[str]) -> tuple[Split, ...]:
     return split_vocabulary(own) if own else GENERIC_SPLITS
 
 
-def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Split] = GENERIC_SPLITS) -> list[dict]:
+def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Split] = GENERIC_SPLITS,
+         step: int | None = None) -> list[dict]:
     """Long-form rows for one run: ``summaries`` maps a benchmark group to {metric: value}."""
     out = []
     for bench, summary in summaries.items():
@@ -90,7 +94,7 @@ def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Spli
             if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
                 continue  # a SUMMARY holds numbers; anything else is not a headline value
             out.append({"run": run, "model": model, "benchmark": bench, "metric": metric,
-                        "split": guess_split(metric, splits) or "", "value": value})
+                        "split": guess_split(metric, splits) or "", "value": value, "step": step})
     return out
 
 
@@ -105,7 +109,8 @@ def folder_rows(run: str, folder: Path) -> list[dict]:
         if not isinstance(data, dict):
             raise ExportError(f"{f}: not a SUMMARY file (an object of metric -> value is expected)")
         summaries[f.name[: -len("_SUMMARY.json")]] = data
-    return rows(run, model_of(meta.get("provenance")), summaries, splits_for(benchmarks))
+    model = model_of(meta.get("provenance"))
+    return rows(run, model, summaries, splits_for(benchmarks), run_step(run, folder, model))
 
 
 def collect(paths: Sequence[str | Path]) -> list[dict]:

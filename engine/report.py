@@ -28,6 +28,7 @@ from .redact import redact_text
 from .render.report_html import RunFolder, load_run_folder
 from .render.report_html import build_report_html as _build_page
 from .results import RunResult
+from .training_report import TrainingCurves  # metric against step, the trade-off figure (issue 32)
 
 
 def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
@@ -69,7 +70,7 @@ def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evald
                       registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None) -> str:
     """The report page for finished runs, with the sections of the benchmarks they ran
     (folder names redacted: a token in a path is not printed)."""
-    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: benchmarks_of(runs, registry),
+    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: [*benchmarks_of(runs, registry), TrainingCurves()],
                        redact=redact_text)
 
 

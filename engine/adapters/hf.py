@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import Capabilities, Identity, ModelResource
+from ..cache.aliases import resolve as resolve_alias  # a folder the Trainer saved: its in-memory fingerprint
 from ..cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
@@ -60,7 +61,6 @@ def _digest(*parts: str) -> str:
 
 
 # ------------------------------------------------------------------------------ resource
-
 
 class HFModel(ModelResource):
     """A causal LM checkpoint (local directory or hub id) as an evaluation resource.
@@ -171,7 +171,8 @@ class HFModel(ModelResource):
             if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
                 raise FileNotFoundError(f"HFModel: no model*.safetensors or pytorch_model*.bin weights in {root}")
             self._snapshot = FolderSnapshot.take(root, files, file_sha256)  # stats kept to notice a later change
-            return _digest("hf-dir-1", *(f"{n}={d}" for n, (_, d) in self._snapshot.files.items()), f"dtype={dtype}", *mask)
+            hashed = [f"{n}={d}" for n, (_, d) in self._snapshot.files.items()]
+            return resolve_alias(_digest("hf-dir-1", *hashed, f"dtype={dtype}", *mask))
         # A hub id: the resolved commit of a locally cached snapshot identifies the weights.
         # Without one (never downloaded, or not resolvable offline) only the id is hashed,
         # which cannot notice the repository changing on the hub.
@@ -283,7 +284,6 @@ class HFModel(ModelResource):
         _check_rows(self.path, model, self.encoder().tokenizer)
         self._adapter = HFAdapter(model, self.encoder().tokenizer, attention_mask=self.attention_mask)
         return self._adapter
-
 
     def verify_unchanged(self) -> None:
         """Raise :class:`ModelChangedError` when a fingerprinted file was written, replaced,

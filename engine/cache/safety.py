@@ -155,10 +155,11 @@ def _entries(root: Path, kept: list[str] | None = None):
                         kept.append(f"{p}: {why}")
             dirs.append(sub)
         dirs.append(top)
-    if _dir(history):
-        files += [p for p in history.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or
+    for top in (history, root / "aliases"):  # aliases: cache/aliases.py, <folder fingerprint>.json
+        if _dir(top):
+            files += [p for p in top.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or
                                                                 (p.suffix == ".json" and _HEX.fullmatch(p.stem)))]
-        dirs.append(history)
+            dirs.append(top)
     req = root / "requests"  # batches.py: requests/<32 hex>/<64 hex>.batch
     if _dir(req):
         for sub in req.iterdir():

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..export import ExportError, collect, to_csv, to_jsonl, write_parquet
+from ..export import COLUMNS, ExportError, collect, to_csv, to_jsonl, write_parquet
+from ..export_wandb import to_wandb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -23,15 +24,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     fmt.add_argument("--parquet", dest="format", action="store_const", const="parquet",
                      help="parquet (needs pandas and pyarrow: pip install 'evaldag[pandas]'; needs --out)")
     e.add_argument("--out", default=None, metavar="FILE", help="write here (default: standard output)")
+    e.add_argument("--wandb", default=None, metavar="PROJECT", help="log the runs to this Weights & Biases project, each "
+                   "at its training step (pip install 'evaldag[wandb]'; WANDB_MODE=offline logs locally)")
     return e
 
 
 def cmd(args: argparse.Namespace) -> int:
     fmt = args.format or "csv"
     try:
-        if fmt == "parquet" and not args.out:
+        if fmt == "parquet" and not args.out and not args.wandb:
             raise ExportError("--parquet writes a binary file: give --out FILE")
         table = collect(args.dirs)
+        if args.wandb:  # W&B instead of a file
+            where, steps = to_wandb(table, args.wandb, columns=COLUMNS)
+            print(f"evaldag: {len(table)} rows -> W&B project {args.wandb}, logged at steps "
+                  f"{', '.join(map(str, steps)) or '-'} ({where})", file=sys.stderr)
+            return 0
         if fmt == "parquet":
             write_parquet(table, args.out)
         else:
@@ -40,7 +48,7 @@ def cmd(args: argparse.Namespace) -> int:
                 Path(args.out).write_text(text, encoding="utf-8")
             else:
                 sys.stdout.write(text)
-    except (ExportError, OSError) as e:
+    except (ExportError, OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     if args.out:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..report import write_report_html
+from ..checkpoints import order_runs
 from ..sweepdir import run_folders
 
 
@@ -24,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd(args: argparse.Namespace) -> int:
     dest = Path(args.out) if args.out else (Path(args.out_dirs[0]) / "report.html" if len(args.out_dirs) == 1 else Path("report.html"))
     try:
-        folders = [folder for _, folder in run_folders(args.out_dirs)]  # a sweep's OUT: its checkpoints, in order
+        runs = order_runs(run_folders(args.out_dirs), lambda t: print(f"evaldag: note: {t}", file=sys.stderr))  # by step
+        folders = [folder for _, folder in runs]  # a sweep's OUT: its checkpoints, in order
         path = write_report_html(folders, dest, title=args.title)
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)

@@ -28,6 +28,7 @@ from .. import runlog
 from ..run import run
 from .added import added_metrics
 from .models import add_model_option, for_model, model_specs
+from . import sweep
 from .sweep import shard_record, take_shard
 from .sweep_run import run_sweep
 from .types import positive_float, positive_int
@@ -80,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
     launch.add_arguments(r)
     add_model_option(r, benches)  # the one owner of --model (a sweep when repeated)
+    sweep.add_arguments(r)  # --step-of, --select (issue 32)
     for b in benches:
         b.add_arguments(r)
     return r
@@ -251,6 +253,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
             nodes += n
             resources.update(res)
         nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
+        resources.update(getattr(args, "in_memory", None) or {})  # integrations/: the Trainer's model for --model's
         if held["shared_only"]:  # a checkpoint-parallel sweep's first step: only what every checkpoint shares
             nodes = shared_graph(Graph(nodes), resources)
             if nodes is None:

@@ -24,6 +24,7 @@ import re
 import sys
 from pathlib import Path
 
+from .. import checkpoints, selection
 from ..adapters.spec import has_scheme
 from ..cache.safety import NotACache, cache_root, root_state, writable, write_marker
 from ..cache.shards import ShardRecord, sweep_id
@@ -103,3 +104,59 @@ def shard_record(args: argparse.Namespace, shard: tuple[int, int] | None, benche
               f"in {record.dir}): both compute the same checkpoints and one share may be left undone; check the "
               "job array's indices (the cache stays correct)", file=sys.stderr)
     return record
+
+
+# --- issue 32: a sweep in step order, its sweep.json and --select ---------------------------
+
+def add_arguments(parser) -> None:
+    """``--step-of`` and ``--select`` (a sweep's; see docs/training.md)."""
+    parser.add_argument("--step-of", action="append", default=[], metavar="NAME=N",
+                        help="the training step of a checkpoint without trainer_state.json or a checkpoint-N name "
+                             "(NAME: its output folder name or its path); repeatable")
+    parser.add_argument("--select", default=None, metavar="RULE",
+                        help="pick the best checkpoint of a sweep, e.g. \"max model_utility where forget_quality >= 0.05\" "
+                             "or \"pareto\"; printed and recorded in OUT/sweep.json (\"selected\")")
+
+
+def by_step(models: list[str], args, benches: list) -> list[str]:
+    """The sweep's checkpoints in step order (said once when some have no step); the --select
+    rule read and its names checked against the benchmarks' metrics before anything runs."""
+    rule = getattr(args, "select", None)
+    if rule:
+        known = sorted({w for b in benches for w in _computed(b, args)})
+        parsed = selection.parse(rule)
+        if known:  # a benchmark without a menu: the names are checked against its SUMMARY after the run
+            selection.check_names(parsed, known)
+    note = None if getattr(args, "quiet", False) else (lambda text: print(f"evaldag: note: {text}", file=sys.stderr))
+    return [c.model for c in checkpoints.order(models, folder_names(models), getattr(args, "step_of", None), note)]
+
+
+def add_steps(record: dict, models: list[str], names: list[str], args) -> dict:
+    """The sweep record (``sweepdir.sweep_record``) with each checkpoint's ``step`` and
+    ``step_from``, and with --select's ``"selected"`` (the choice printed, with why)."""
+    steps = {c.name: c for c in checkpoints.order(models, names, getattr(args, "step_of", None))}
+    for row in record.get("checkpoints", []):
+        cp = steps.get(row.get("name"))
+        row.update(step=cp.step if cp else None, step_from=cp.step_from if cp else None)
+    rule = getattr(args, "select", None)
+    if not rule:
+        return record
+    rows = [(n, checkpoints.flat(record.get("table", {}), n)) for n in names]
+    try:
+        chosen = selection.select(rule, rows)
+    except selection.RuleError as e:  # the runs and the report are kept; only the choice is missing
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        record["selected"] = {"rule": rule, "error": str(e)}
+        return record
+    record["selected"] = chosen.to_json()
+    if not getattr(args, "quiet", False):
+        print(f"evaldag: selected {', '.join(chosen.chosen) or 'nothing'} by {rule!r}: {chosen.why}")
+    return record
+
+
+def _computed(bench, args) -> tuple[str, ...]:
+    """The metrics this run computes for ``bench`` (its --metrics), else its whole menu."""
+    try:
+        return tuple(bench.metrics_from_args(args)) or tuple(bench.metric_menu().all)
+    except (ValueError, AttributeError):
+        return tuple(bench.metric_menu().all)

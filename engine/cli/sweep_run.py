@@ -33,6 +33,7 @@ from ..outputs import NotOurs, check_names, staged
 from ..report import write_report_html
 from ..sweepdir import SWEEP_FILE, comparison, sweep_record, table_text
 from .models import for_model
+from . import sweep
 from .sweep import folder_names
 
 
@@ -70,6 +71,7 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
     the worst run's. ``names``: the folder names (a shard's come from the whole sweep's list)."""
     try:
         check_names(out, ["report.html", SWEEP_FILE])  # the sweep's report must not replace a page evaldag did not write
+        models = sweep.by_step(models, args, benches)  # training-step order; --select read (issue 32)
         order, note = by_base(models, getattr(args, "adapter_base", None))
         mode, why = ("sequential", "one process") if group is None else \
             choose_mode(getattr(args, "parallel", "auto"), len(models), group.world, cache_reads())
@@ -108,6 +110,7 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
             with staged(out) as stage:
                 write_report_html([out / n for n in shown], stage / "report.html")
                 record = sweep_record(shown, models, [b.name for b in benches], table)
+                sweep.add_steps(record, models, shown, args)  # each checkpoint's step; --select's choice
                 (stage / SWEEP_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         except (CacheWriteError, NotOurs, ValueError) as e:
             print(f"evaldag: error: {e}", file=sys.stderr)

@@ -57,12 +57,19 @@ class Group:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.broken: str | None = None
+        # A group that already exists (a training job's: integrations/) is joined as it is, its
+        # device left alone, and never destroyed by close(): that would end the training job.
+        self.owned = not dist.is_initialized()
+        if not self.owned:
+            self.rank, self.world, self.backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
+            self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+            return
         cuda = torch.cuda.is_available()
         self.backend = backend or os.environ.get("EVALDAG_DIST_BACKEND") or ("nccl" if cuda else "gloo")
         if self.backend == "nccl":
             torch.cuda.set_device(self.local_rank)  # "cuda" now means this rank's own device
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
-        self.broken: str | None = None
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         try:
             dist.init_process_group(self.backend, timeout=timedelta(seconds=self.timeout))
@@ -78,7 +85,8 @@ class Group:
         return self.rank == 0
 
     def close(self) -> None:
-        if self._dist.is_initialized():
+        """Destroy the group this object made; a group it joined (a training job's) stays up."""
+        if self.owned and self._dist.is_initialized():
             self._dist.destroy_process_group()
 
     # ------------------------------------------------------------------ collectives

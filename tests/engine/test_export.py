@@ -43,7 +43,7 @@ def test_export_csv_of_a_sweep_has_one_row_per_metric_per_run(toy_runs):
     sweep = toy_runs / "sweep"
     out = _evaldag("export", sweep, "--csv").stdout
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert list(rows[0]) == ["run", "model", "benchmark", "metric", "split", "value"]
+    assert list(rows[0]) == ["run", "model", "benchmark", "metric", "split", "value", "step"]
     for seed in (0, 1):
         mine = {r["metric"]: float(r["value"]) for r in rows if r["run"] == f"s{seed}"}
         assert mine == pytest.approx(_summary(sweep / f"s{seed}"))
@@ -93,7 +93,7 @@ def test_parquet_needs_pandas_or_says_which_extra(toy_runs, tmp_path):
     assert done.stderr == "evaldag: error: --parquet needs pandas: pip install 'evaldag[pandas]'\n"
     # CSV needs no pandas
     done = subprocess.run([sys.executable, "-c", code, "export", str(toy_runs / "sweep"), "--csv"], capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.startswith("run,model,benchmark,metric,split,value\n")
+    assert done.returncode == 0 and done.stdout.startswith("run,model,benchmark,metric,split,value,step\n")
 
 
 def test_parquet_round_trips(toy_runs, tmp_path):
@@ -102,7 +102,7 @@ def test_parquet_round_trips(toy_runs, tmp_path):
     dest = tmp_path / "t.parquet"
     _evaldag("export", toy_runs / "sweep", "--parquet", "--out", dest)
     frame = pd.read_parquet(dest)
-    assert list(frame.columns) == ["run", "model", "benchmark", "metric", "split", "value"]
+    assert list(frame.columns) == ["run", "model", "benchmark", "metric", "split", "value", "step"]
     s0 = frame[frame.run == "s0"].set_index("metric")["value"].to_dict()
     assert s0 == pytest.approx(_summary(toy_runs / "sweep" / "s0"))
 
@@ -116,7 +116,7 @@ def test_to_pandas_is_the_long_table_of_the_summary(tmp_path):
     result = run(nodes, res, cache=tmp_path / "c")
     frame = result.to_pandas(run="mine")
     assert isinstance(frame, pd.DataFrame)
-    assert list(frame.columns) == ["run", "model", "benchmark", "metric", "split", "value"]
+    assert list(frame.columns) == ["run", "model", "benchmark", "metric", "split", "value", "step"]
     assert frame.set_index("metric")["value"].to_dict() == pytest.approx(result.summary("TOY"))
     assert set(frame.run) == {"mine"} and set(frame.benchmark) == {"TOY"}
 

@@ -93,7 +93,8 @@ def test_the_engine_names_no_benchmark_or_metric_module():
 LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "tqdm", "joblib",
            "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim",
            "pandas", "pyarrow",  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
-           "peft"}  # optional (evaldag[peft]): imported only when an adapter loads
+           "peft",  # optional (evaldag[peft]): imported only when an adapter loads
+           "wandb"}  # optional (evaldag[wandb]): imported only by export --wandb
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():
