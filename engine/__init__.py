@@ -19,7 +19,7 @@ Everything else is imported from its module (``evaldag.engine.declare.REGISTRY``
 
 from .adapters.base import PromptTemplate
 from .adapters.hf import HFModel
-from .declare import DeclarationError, Metric, Node, Params, metric, provider
+from .declare import DeclarationError, InputError, Metric, Node, Params, metric, provider
 from .graph import Graph, GraphError
 from .requests import (
     Generate, GenerationSettings, HiddenStates, TokenStats, TokenStatsResult, pack_token_stats,
@@ -36,7 +36,7 @@ from . import notebook
 notebook.install()  # Graph, RunResult and Result display themselves in Jupyter (engine/notebook.py)
 
 __all__ = [
-    "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "GraphError",
+    "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "InputError", "GraphError",
     "Result", "Graph", "run", "RunResult", "Cache",
     "TokenStats", "Generate", "GenerationSettings", "HiddenStates",
     "TokenStatsResult", "pack_token_stats", "unpack_token_stats",

@@ -51,6 +51,12 @@ class DeclarationError(ValueError):
     """A metric or provider was declared inconsistently."""
 
 
+class InputError(ValueError):
+    """Raised by a metric about its input, when only running it can tell (a corpus whose key
+    covariance is singular): the message is the whole story, so the node fails with this
+    one line and no traceback; its siblings still run and nothing computed is lost."""
+
+
 ParentSpec = Union[str, "Node"]
 ParentsDecl = Union[Mapping[str, ParentSpec], Callable[[Any], Mapping[str, ParentSpec]], None]
 

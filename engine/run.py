@@ -26,6 +26,7 @@ import networkx as nx
 from .adapters.integrity import ModelChangedError, ModelRefused
 from .cache import Cache, CacheWriteError, LeftAloneWarning
 from .executor import Executor
+from .declare import InputError
 from .graph import Graph, Vertex
 from .planner import Plan, plan
 from .progress import bar as progress_bar
@@ -276,7 +277,8 @@ class _Runner:
             self.forget_model(getattr(err, "model_fp", None))
         if isinstance(err, (CacheWriteError, ModelRefused)):  # not the node's fault: stop the run, one clear line
             raise err
-        tb = err if isinstance(err, str) else "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
+        tb = err if isinstance(err, str) else str(err) if isinstance(err, InputError) else \
+            "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
 
     def forget_model(self, fp: str | None) -> None:

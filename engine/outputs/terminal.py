@@ -80,7 +80,8 @@ def print_failures(result: RunResult, file: TextIO | None = None) -> None:
     file = file or sys.stderr
     for rec in result.failures():
         print(f"FAILED {rec.name}: {rec.problem}", file=file)
-        print("\n".join("    " + line for line in rec.error.rstrip().splitlines()), file=file)
+        if "\n" in rec.error.strip():  # a traceback; an InputError's one line is all there is to say
+            print("\n".join("    " + line for line in rec.error.rstrip().splitlines()), file=file)
 
 
 def _cut_counts(block: dict) -> list[int]:

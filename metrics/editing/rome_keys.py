@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...engine import Generate, GenerationSettings, Params, metric
+from ...engine import Generate, GenerationSettings, InputError, Params, metric
 from .keys_backend import DownProjKeys
 from .prompts import encode, subject_range
 
@@ -46,7 +46,7 @@ def rome_key_covariance(model: Any, corpus: list[dict], params: CovParams):
     d = cov.shape[0]
     rank = int(np.linalg.matrix_rank(cov))
     if params.ridge == 0 and rank < d:
-        raise ValueError(f"the key covariance of layer {params.layer} over the corpus ({keys.shape[0]} tokens) has rank "
+        raise InputError(f"the key covariance of layer {params.layer} over the corpus ({keys.shape[0]} tokens) has rank "
                          f"{rank} of {d}: it cannot be inverted exactly; give --cov-ridge R (make_edit --method rome "
                          "uses 0.01) or a larger --corpus")
     inverse = np.linalg.inv(cov + params.ridge * np.eye(d))

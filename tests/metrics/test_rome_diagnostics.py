@@ -226,3 +226,20 @@ def test_bad_input(tmp_path, capsys):
 
     assert "rome_denominator" not in EditingBenchmark().metrics_from_args(argparse.Namespace(metrics="all", corpus=None))
     assert "rome_key_ood" in EditingBenchmark().metrics_from_args(argparse.Namespace(metrics="all", corpus="x"))
+
+
+def test_a_singular_covariance_fails_its_node_in_one_line(tmp_path, capsys):
+    """Enough tokens, too few distinct keys (one text repeated): only the corpus pass can tell.
+    The covariance node fails with one line naming its rank and --cov-ridge, no traceback."""
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps([{"text": CORPUS[0]}] * 40))
+    capsys.readouterr()
+    code = cli.main([str(x) for x in ("run", "editing", "--model", TRACER, "--base-model", TRACER, "--edits",
+                                      TRACER / "edits.json", "--metrics", "rome_denominator", "--rome-layers", "2",
+                                      "--corpus", same, "--out", tmp_path / "out", "--cache-dir", tmp_path / "c")])
+    got = capsys.readouterr()
+    err = got.out + got.err
+    assert code == 1, err
+    failed = [line for line in err.splitlines() if line.startswith("FAILED rome_key_covariance")]
+    assert len(failed) == 1 and "cannot be inverted exactly; give --cov-ridge R" in failed[0] and "has rank" in failed[0]
+    assert "Traceback" not in err
