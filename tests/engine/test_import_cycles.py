@@ -92,7 +92,8 @@ def test_the_engine_names_no_benchmark_or_metric_module():
 # each such module says so in a comment. Anything else is imported at the top.
 LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "tqdm", "joblib",
            "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim",
-           "pandas", "pyarrow"}  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
+           "pandas", "pyarrow",  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
+           "vllm"}  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():
