@@ -97,7 +97,6 @@ def test_tofu_aggregates_equal_hf_within_1e_4(both, tmp_path):
 
     hf, reqs, got, _ = both
     assert got["tofu"]["code"] == 0, got["tofu"]["stderr"][-2000:]
-    os.environ.setdefault("EVALDAG_CACHE_DIR", str(tmp_path / "cache"))
     code = main(["run", "tofu", "--model", f"hf:{hf.path}", "--dtype", "fp32", "--device", "cpu", "--tofu-data",
                  str(TOFU_TINY), "--max-new-tokens", "16", "--metrics", reqs["tofu_metrics"], "--out",
                  str(tmp_path / "hf"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
