@@ -84,6 +84,7 @@ class VLLMModel(ModelResource):
         self.tensor_parallel_size = int(tensor_parallel_size or 1)
         self.enforce_eager = bool(enforce_eager)
         self._fp: str | None = None
+        self._encoder: HFEncoder | None = None  # with --tokenizer only; else the folder's, through self.hf
         self._adapter: VLLMAdapter | None = None
 
     # -- identity (nothing imported, nothing loaded)
@@ -131,7 +132,7 @@ class VLLMModel(ModelResource):
         if self.tokenizer:
             from transformers import AutoTokenizer
 
-            if not hasattr(self, "_encoder"):
+            if self._encoder is None:
                 tok = AutoTokenizer.from_pretrained(str(Path(self.tokenizer).expanduser()) if Path(self.tokenizer).expanduser().is_dir() else self.tokenizer)
                 _ensure_pad(tok)
                 self._encoder = HFEncoder(tok)
