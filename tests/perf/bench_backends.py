@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,39 +191,42 @@ def bench(args: argparse.Namespace) -> None:
         results = {"hf": run_worker(sys.executable, "hf", f"hf:{model}", tmp, dtype)}
         results["vllm"] = run_worker(args.vllm_python, "vllm", f"vllm:{model}", tmp, dtype, "--max-model-len", mlen)
         srv = None
-        if not args.skip_server:
-            port = free_port()
-            vdt = "bfloat16" if args.gpu else "float32"
-            srv = RunningServer("vLLM", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                         "--served-model-name", "m", "--dtype", vdt, "--max-model-len", mlen,
-                                         "--enforce-eager", "--seed", "0", "--host", "127.0.0.1", "--port", str(port)],
-                                port, tmp / "vllm-server.log", "/health")
-            t0 = time.perf_counter()
-            why = srv.wait_ready(900)
-            if why:
-                print(f"  openai: server did not start: {why}")
-                srv.stop()
-                srv = None
-            else:
-                print(f"  vLLM server ready in {time.perf_counter() - t0:.1f} s")
-                results["openai"] = run_worker(sys.executable, "openai", f"openai:{srv.url}/v1", tmp,
-                                               dtype, "--tokenizer", str(model))
-        print("\n".join(table(results)))
-        if not args.skip_tofu:
-            ou = args.open_unlearning_seconds or OPEN_UNLEARNING_S
-            print(f"\nwhole `evaldag run tofu` (TOFU size, cold) vs open-unlearning's {ou:.0f} s:")
-            runs = [("hf", sys.executable, f"hf:{model}", []),
-                    ("vllm", args.vllm_python, f"vllm:{model}", ["--fallback", f"hf:{model}", "--max-model-len", mlen,
-                                                               "--enforce-eager"])]
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so `finally` runs
+        try:
+            if not args.skip_server:
+                port = free_port()
+                vdt = "bfloat16" if args.gpu else "float32"
+                srv = RunningServer("vLLM", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                                             "--served-model-name", "m", "--dtype", vdt, "--max-model-len", mlen,
+                                             "--enforce-eager", "--seed", "0", "--host", "127.0.0.1", "--port", str(port)],
+                                    port, tmp / "vllm-server.log", "/health")
+                t0 = time.perf_counter()
+                why = srv.wait_ready(900)
+                if why:
+                    print(f"  openai: server did not start: {why}")
+                    srv.stop()
+                    srv = None
+                else:
+                    print(f"  vLLM server ready in {time.perf_counter() - t0:.1f} s")
+                    results["openai"] = run_worker(sys.executable, "openai", f"openai:{srv.url}/v1", tmp,
+                                                   dtype, "--tokenizer", str(model))
+            print("\n".join(table(results)))
+            if not args.skip_tofu:
+                ou = args.open_unlearning_seconds or OPEN_UNLEARNING_S
+                print(f"\nwhole `evaldag run tofu` (TOFU size, cold) vs open-unlearning's {ou:.0f} s:")
+                runs = [("hf", sys.executable, f"hf:{model}", []),
+                        ("vllm", args.vllm_python, f"vllm:{model}", ["--fallback", f"hf:{model}", "--max-model-len", mlen,
+                                                                   "--enforce-eager"])]
+                if srv is not None:
+                    runs.append(("openai", sys.executable, f"openai:{srv.url}/v1", ["--tokenizer", str(model), "--fallback",
+                                                                                    f"hf:{model}"]))
+                for name, py, spec, extra in runs:
+                    secs, run = evaldag_run(py, spec, data, tmp / f"tofu-{name}", tmp / f"cache-{name}", "--dtype", dtype, *extra)
+                    gen = run["executor"]["by_kind"].get("generate", {}).get("seconds", 0.0)
+                    print(f"  {name:<7} {secs:7.1f} s wall = {secs / ou:.3f} x open-unlearning (generation {gen:.1f} s)")
+        finally:  # the server's process group, whatever happened (an interrupted run must not leave it behind)
             if srv is not None:
-                runs.append(("openai", sys.executable, f"openai:{srv.url}/v1", ["--tokenizer", str(model), "--fallback",
-                                                                                f"hf:{model}"]))
-            for name, py, spec, extra in runs:
-                secs, run = evaldag_run(py, spec, data, tmp / f"tofu-{name}", tmp / f"cache-{name}", "--dtype", dtype, *extra)
-                gen = run["executor"]["by_kind"].get("generate", {}).get("seconds", 0.0)
-                print(f"  {name:<7} {secs:7.1f} s wall = {secs / ou:.3f} x open-unlearning (generation {gen:.1f} s)")
-        if srv is not None:
-            srv.stop()
+                srv.stop()
         print(f"\n{load()}")
 
 
