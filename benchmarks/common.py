@@ -49,7 +49,7 @@ class ModelOptions(BaseModel):
     attention_mask: Literal["reference", "padding"] = "reference"
     # a server model's qualifiers per role ("model", "retain_model", "reference_model"):
     # tokenizer, served_model, api_key_env, fallback (docs/servers.md)
-    backend_options: dict[str, dict[str, str]] = {}
+    backend_options: dict[str, dict[str, Any]] = {}
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
 
@@ -90,6 +90,7 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 
 QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback", "adapter-base")
+VLLM_OPTIONS = ("max-model-len", "gpu-memory-utilization", "tensor-parallel-size", "enforce-eager")  # vllm:DIR's engine
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 
 MODEL_FLAGS = (
@@ -100,6 +101,10 @@ MODEL_FLAGS = (
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
+    _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
+    _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
+    _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
+    _flag("--enforce-eager", action="store_true", default=None, help="with --model vllm:DIR: no CUDA graphs (faster start)"),
     _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
           help="weights dtype: auto (the checkpoint's own), bf16, fp16, fp32"),
     _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
@@ -163,7 +168,8 @@ def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for role in ROLES:
         prefix = "" if role == "model" else role[: -len("_model")] + "_"
-        given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None) for q in QUALIFIERS}
+        given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None)
+                 for q in QUALIFIERS + (VLLM_OPTIONS if role == "model" else ())}
         given = {k: v for k, v in given.items() if v is not None}
         if given:
             out[role] = given
@@ -204,7 +210,9 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
             names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
-            raise ValueError(f"{names}: only for a server model ({flag} openai:URL), not {flag} {path}")
+            raise ValueError(f"{names}: only for a server or vLLM model ({flag} openai:URL, vllm:DIR), not {flag} {path}")
+        if parsed.scheme == "vllm":
+            quals["dtype"] = opts.dtype  # in-process weights: --dtype applies as for hf:
         return spec.resolve(path, flag, **quals)
     path = parsed.target
     check_model(path, opts, flag, tokenizer, adapter_base)

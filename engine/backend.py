@@ -281,6 +281,24 @@ class Handlers:
         return self._budgets.get(kind)
 
 
+# ----------------------------------------------------------------------------- load hooks
+
+#: called with a resource before it loads: a backend that holds a device (a vLLM engine
+#: reserves most of a GPU) registers one to let go of it first
+_LOAD_HOOKS: list[Callable[[ModelResource], None]] = []
+
+
+def add_load_hook(fn: Callable[[ModelResource], None]) -> None:
+    if fn not in _LOAD_HOOKS:
+        _LOAD_HOOKS.append(fn)
+
+
+def before_load(model: ModelResource) -> None:
+    """Run every load hook for ``model`` (the executor calls it before each ``load()``)."""
+    for fn in list(_LOAD_HOOKS):
+        fn(model)
+
+
 # ----------------------------------------------------------------------------- entry points
 
 BACKEND_GROUP = "evaldag.backends"

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from .adapters.integrity import ModelChangedError
-from .backend import ModelAdapter, ModelResource, OutOfMemory
+from .backend import ModelAdapter, ModelResource, OutOfMemory, before_load
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
 from .progress import bar as progress_bar
@@ -115,6 +115,7 @@ class Executor:
     def adapter(self, model: ModelResource, fp: str | None = None) -> ModelAdapter:
         fp = fp or model.fingerprint()
         if fp not in self._adapters:
+            before_load(model)  # a backend holding the device (a vLLM engine) lets go first
             self._adapters[fp] = model.load()
             self.stats.models_loaded.append(fp)
         return self._adapters[fp]

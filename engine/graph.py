@@ -248,14 +248,17 @@ class Graph:
             lines = [f"{r!r} (needed by {', '.join(who[:5])}{' …' if len(who) > 5 else ''})" for r, who in sorted(missing.items())]
             raise GraphError("missing resource(s): " + "; ".join(lines))
 
-    def fingerprint(self, resources: Any, execution: str | None = None) -> None:
+    def fingerprint(self, resources: Any, execution: str | None = None, served: Any = None) -> None:
         """Give every vertex its fingerprint from the bound resources' fingerprints.
 
         ``execution`` marks the scorers' fingerprints (``"deterministic"``); their descendants follow.
+        ``served`` (the planner's Plan) keys a ``--fallback`` pair's vertex by the backend serving it.
         """
         self.check_resources(resources)
         for v in self.order():
             res_fps = {need: resources.get(name, v.label).fingerprint() for need, name in v.resources.items()}
+            if served is not None:
+                res_fps = {need: served.fingerprint(v, v.resources[need], fp) for need, fp in res_fps.items()}
             par_fps = {k: self.vertices[pk].fingerprint for k, pk in v.parent_keys.items()}
             v.components = components(v.metric.name, v.metric.version, canonical_params(v.node.params), par_fps, res_fps,
                                       code=v.metric.code, execution=execution if v.metric.scorer else None)

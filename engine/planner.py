@@ -34,6 +34,18 @@ class Plan:
 
     serving: dict[tuple[str, str], ModelResource] = field(default_factory=dict)  # (vertex key, run resource) -> backend
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # vertex key -> run resource -> backend label
+    by_fallback: set[tuple[str, str]] = field(default_factory=set)  # (vertex key, run resource) --fallback serves
+
+    def fingerprint(self, v: Vertex, run_name: str, fp: str) -> str:
+        """The resource fingerprint ``v``'s node is keyed by: ``fp`` (a routed pair's is its
+        primary's), except where ``--fallback`` serves ``v``: then the fallback's own key. The two
+        backends give different fields (vLLM's token statistics carry no mu/var), so a node one
+        computed is never reused where the planner chose the other."""
+        chosen = self.serving.get((v.key, run_name))
+        if chosen is None or (v.key, run_name) not in self.by_fallback:
+            return fp
+        key = chosen.fingerprint() + chosen.identity().digest()
+        return key if key != fp else f"{key}~{chosen.identity().backend}"  # the same weights, another backend
 
     def resource(self, v: Vertex, run_name: str, model: Any) -> Any:
         """The backend that serves ``v``'s requests to ``run_name`` (``model`` when not planned)."""
@@ -99,6 +111,8 @@ def plan(graph: Graph, resources: Any) -> Plan:
                 for kind, by_metric in kinds.items())), None)
             if chosen is not None:
                 out.serving[(key, run_name)] = chosen
+                if isinstance(model, Routed) and chosen is model.fallback:
+                    out.by_fallback.add((key, run_name))
                 out.labels.setdefault(key, {})[run_name] = chosen.label()
                 continue
             last = candidates[-1]

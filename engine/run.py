@@ -84,7 +84,7 @@ def run(
     cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
     cache.sweep()
     with cache.filehash.active():  # model files are hashed through this cache's memo
-        graph.fingerprint(rs, execution="deterministic" if deterministic else None)
+        graph.fingerprint(rs, execution="deterministic" if deterministic else None, served=served)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
         executor = executor or Executor(cache=cache.requests, **settings)

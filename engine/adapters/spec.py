@@ -1,4 +1,4 @@
-"""Model specs: ``hf:DIR|ID`` (the default), ``openai:URL``, ``replay:FILE`` … to a model resource.
+"""Model specs: ``hf:DIR|ID`` (the default), ``vllm:DIR|ID``, ``openai:URL``, ``replay:FILE`` … to a model resource.
 
 One parser for every model flag (``--model``, ``--retain-model``, ``--reference-model``,
 ``--base-model``, the probes' generator) so they accept the same spellings and fail
@@ -23,6 +23,7 @@ from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
 from .hf import HFModel
+from .vllm_model import from_spec as vllm_from_spec
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
 
@@ -109,8 +110,10 @@ def _factory(scheme: str) -> Any:
     except KeyError:
         if scheme == "hf":
             return lambda target, **q: HFModel(target, **q)
+        if scheme == "vllm":  # built in too: a stale install's entry points still find it
+            return vllm_from_spec
         return None
 
 
 def _schemes() -> list[str]:
-    return sorted({"hf"} | {ep.name for ep in entry_points(group=BACKEND_GROUP)})
+    return sorted({"hf", "vllm"} | {ep.name for ep in entry_points(group=BACKEND_GROUP)})

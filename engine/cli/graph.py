@@ -78,7 +78,7 @@ def plan_view(args: argparse.Namespace):
     store = None
     if bound:
         try:
-            graph.fingerprint(ResourceSet(resources))
+            graph.fingerprint(ResourceSet(resources), served=served)  # a --fallback vertex keyed as run() keys it
             store = Cache(args.cache_dir).nodes
         except Exception as e:  # a missing dataset must not stop a drawing
             print(f"evaldag: warning: cannot fingerprint resources ({e}); drawing the plan without cache status", file=sys.stderr)

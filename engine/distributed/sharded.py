@@ -33,6 +33,7 @@ from ..batching import Budget, padded_tokens
 from ..cache import Cache, Entry, History, NodeStore
 from ..cache.nodes import NoLock
 from ..executor import Executor, ExecutorStats, KindStats
+from ..planner import plan
 from ..graph import Graph
 from ..resources import ResourceSet
 from .group import Group, partition
@@ -227,7 +228,8 @@ def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, **executor_o
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     with cache.filehash.active():  # model files are hashed through this cache's memo
-        graph.fingerprint(rs, execution="deterministic" if executor_options.get("deterministic") else None)
+        graph.fingerprint(rs, execution="deterministic" if executor_options.get("deterministic") else None,
+                          served=plan(graph, rs))  # as run() will: a --fallback vertex keyed by its backend
     order = graph.order()
     group.check_plan({v.fingerprint: v.label for v in order})
     fps = list(dict.fromkeys(v.fingerprint for v in order))

@@ -94,7 +94,8 @@ LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hu
            "scipy", "platformdirs", "rouge_score", "yaml", "datasets", "gensim",
            "pandas", "pyarrow",  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
            "peft",  # optional (evaldag[peft]): imported only when an adapter loads
-           "wandb"}  # optional (evaldag[wandb]): imported only by export --wandb
+           "wandb",  # optional (evaldag[wandb]): imported only by export --wandb
+           "vllm"}  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():

