@@ -9,9 +9,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
+
+# pytest-xdist starts its workers with SIGINT ignored (the controller owns Ctrl-C), and an ignored
+# signal stays ignored in every process they start: the tests that interrupt a run (in-process or
+# a child `evaldag`) need Python's own handler, as a user's terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Keep every test off the user's real cache (the model file-hash memo lives there too).
 if "EVALDAG_CACHE_DIR" not in os.environ:
