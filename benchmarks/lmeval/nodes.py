@@ -15,9 +15,11 @@ every request's ids -- so they are in its fingerprint and in run.json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import types
 from typing import Any
 
 import numpy as np
@@ -67,6 +69,25 @@ def plain(x: Any) -> Any:
     return str(x)
 
 
+@contextlib.contextmanager
+def one_process_view():
+    """lm-evaluation-harness as one process, whatever torchrun set: under torchrun its
+    ``simple_evaluate`` returns results only where ``LOCAL_RANK`` is 0, but evaldag shards
+    the *requests* in its executor, so every rank must build the same requests and read the
+    same results (rank 0 alone writes the files). Only lm-eval's evaluator sees the view."""
+    import lm_eval.evaluator as ev
+
+    real = ev.os
+    view = types.ModuleType("os")
+    view.__dict__.update(real.__dict__)
+    view.environ = {**real.environ, "LOCAL_RANK": "0"}
+    ev.os = view
+    try:
+        yield
+    finally:
+        ev.os = real
+
+
 def evaluate(model: Any, params: LmevalParams, serve: Any) -> dict:
     """lm-evaluation-harness's ``simple_evaluate`` with evaldag serving the requests."""
     import lm_eval
@@ -83,11 +104,12 @@ def evaluate(model: Any, params: LmevalParams, serve: Any) -> dict:
     level = log.level
     log.setLevel(logging.ERROR)  # its per-task notes (default aggregations, ...) would bury evaldag's summary
     try:
-        out = lm_eval.simple_evaluate(
-            model=lm, tasks=list(params.tasks), task_manager=task_manager(params.include_path, params.tasks),
-            num_fewshot=params.num_fewshot, limit=limit, bootstrap_iters=params.bootstrap_iters, log_samples=True,
-            apply_chat_template=params.chat, system_instruction=params.system_prompt, fewshot_as_multiturn=params.chat,
-            random_seed=params.seed)
+        with one_process_view():
+            out = lm_eval.simple_evaluate(
+                model=lm, tasks=list(params.tasks), task_manager=task_manager(params.include_path, params.tasks),
+                num_fewshot=params.num_fewshot, limit=limit, bootstrap_iters=params.bootstrap_iters, log_samples=True,
+                apply_chat_template=params.chat, system_instruction=params.system_prompt, fewshot_as_multiturn=params.chat,
+                random_seed=params.seed)
     finally:
         log.setLevel(level)
     samples = out.pop("samples", None) or {}

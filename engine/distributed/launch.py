@@ -81,7 +81,11 @@ def finish(group: Group | None, result: Any) -> int | None:
     if group.broken:
         print(f"evaldag: error: {group.broken}", file=sys.stderr)
         return 1
-    return None if group.is_writer else (0 if result.ok else 1)
+    if group.is_writer:
+        return None
+    for rec in result.failures():  # rank 0 writes the outputs; a failure seen only here must still be said
+        print(f"evaldag: rank {group.rank}: FAILED {rec.name}: {rec.problem}", file=sys.stderr)
+    return 0 if result.ok else 1
 
 
 __all__ = ["RankFailure", "add_arguments", "exec_torchrun", "finish", "join", "torchrun_command"]

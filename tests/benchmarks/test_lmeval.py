@@ -209,3 +209,29 @@ def test_composed_with_tofu_one_graph_one_model(runs, tmp_path):
     assert json.loads((out / "TOFU_SUMMARY.json").read_text())["forget_Q_A_Prob"] > 0
     html = (out / "report.html").read_text()
     assert 'data-task="fx_roll"' in html and "forget_Q_A_Prob" in html
+
+
+def test_two_torchrun_ranks_shard_the_requests_and_give_the_same_files(runs, tmp_path):
+    """Under torchrun, lm-evaluation-harness builds every request on every rank (it must not
+    split the documents itself: evaldag's executor shards the forward passes) and rank 0
+    writes files equal to the one-process run's, samples included."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ranks"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "evaldag.engine.cli", "run", "lmeval", "--tasks",
+                           TASKS, "--include-path", str(runs["tasks"]), "--model", str(MODEL), "--dtype", "fp32",
+                           "--device", "cpu", "--bootstrap-iters", "100", "--out", str(out),
+                           "--cache-dir", str(tmp_path / "cache"), "--quiet"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = runs["out"]
+    assert json.loads((out / "lm_eval_results.json").read_text())["results"] == \
+        json.loads((one / "lm_eval_results.json").read_text())["results"]
+    for task in ("fx_mc", "fx_gen", "fx_roll"):
+        assert (out / f"lm_eval_samples_{task}.jsonl").read_text() == (one / f"lm_eval_samples_{task}.jsonl").read_text()
+    by_rank = json.loads((out / "run.json").read_text())["executor"]["by_rank"]
+    assert set(by_rank) == {"0", "1"} and all(r["sequences_forwarded"] > 0 for r in by_rank.values())
