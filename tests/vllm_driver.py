@@ -3,11 +3,11 @@
 Runs under ``$EVALDAG_VLLM_PYTHON`` (a venv with vLLM and evaldag; the main venv has neither
 vLLM nor a transformers vLLM accepts), because an engine start costs 25-130 s on CPU:
 
-    python tests/vllm_driver.py MODEL_DIR REQUESTS.json OUT.json WORKDIR [LORA_ADAPTER_DIR]
+    python tests/vllm_driver.py MODEL_DIR REQUESTS.json OUT.json WORKDIR [LORA_ADAPTER_DIR ...]
 
 and writes OUT.json: the adapter's answers to the requests (token statistics, generations
 through the executor), two CLI runs (TOFU's token metrics + ROUGE through vLLM alone; Min-K%++
-with ``--fallback hf:``; TOFU's token metrics through ``vllm:LORA_ADAPTER_DIR``, run first so its
+with ``--fallback hf:``; a sweep of ``vllm:LORA_ADAPTER_DIR``s, run first so its
 LoRA engine serves the rest), the one-line errors of two bad inputs, how many engines started,
 and whether the engine's processes were gone after ``free()``. The test compares them with
 ``hf:`` in the main venv. vLLM spawns its engine: all of it under ``__main__``.
@@ -65,13 +65,16 @@ def main() -> None:
     got["engines_before"] = len(vllm_engine.START_SECONDS)
 
     # vllm:ADAPTER_DIR first: its engine (LoRA on) then serves the plain base too, so still ONE start
-    lora_dir = Path(sys.argv[5]) if len(sys.argv) > 5 else None
-    if lora_dir is not None:
-        got["lora"] = cli(["run", "tofu", "--model", f"vllm:{lora_dir}", *ENGINE, "--tofu-data", str(TOFU_TINY),
-                           "--metrics", spec_in["lora_metrics"], "--out", str(work / "lora"), "--quiet"])
-        summary = sorted((work / "lora").rglob("TOFU_SUMMARY.json"))
-        got["lora"]["summary"] = json.loads(summary[0].read_text()) if summary else {}
-        got["lora"]["run"] = run_json(work / "lora")
+    loras = [Path(p) for p in sys.argv[5:]]
+    if loras:  # a sweep of adapters over one base: one engine for all of them
+        lora_dir = loras[0]
+        got["lora"] = cli(["run", "tofu", *[x for d in loras for x in ("--model", f"vllm:{d}")], *ENGINE,
+                           "--tofu-data", str(TOFU_TINY), "--metrics", spec_in["lora_metrics"], "--out",
+                           str(work / "lora"), "--quiet"])
+        got["lora"]["summaries"] = {d.name: json.loads(next((work / "lora" / d.name).rglob("TOFU_SUMMARY.json")).read_text())
+                                    for d in loras if (work / "lora" / d.name).is_dir()}
+        got["lora"]["summary"] = got["lora"]["summaries"].get(lora_dir.name, {})
+        got["lora"]["run"] = run_json(work / "lora" / lora_dir.name)
         got["lora"]["engines"] = len(vllm_engine.START_SECONDS)
         lm = spec.resolve(f"vllm:{lora_dir}", dtype="fp32", max_model_len=512, enforce_eager=True)
         got["lora"]["fingerprint"] = lm.fingerprint()

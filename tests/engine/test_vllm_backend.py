@@ -52,8 +52,8 @@ def questions() -> list[str]:
     return [json.loads(x)["question"] for x in rows if x.strip()]
 
 
-def make_lora(base: Path, out: Path) -> Path:
-    """A rank-4 LoRA on q_proj/v_proj with random (non-zero) B, so it changes every number."""
+def make_lora(base: Path, out: Path, seed: int = 0, r: int = 4) -> Path:
+    """A LoRA on q_proj/v_proj with random (non-zero) B, so it changes every number."""
     try:
         import peft
     except ImportError:
@@ -61,9 +61,9 @@ def make_lora(base: Path, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    cfg = peft.LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     peft.get_peft_model(model, cfg).save_pretrained(str(out))
     return out
 
@@ -86,12 +86,12 @@ def both(server_model, tmp_path_factory):
     reqs = {"token_stats": stats, "generate": gen, "tofu_metrics": ",".join(TOKEN_METRICS + ("forget_Q_A_ROUGE",)),
             "lora_metrics": ",".join(TOKEN_METRICS)}
     (work / "reqs.json").write_text(json.dumps(reqs))
-    lora = make_lora(mdir, work / "lora-adapter")
+    loras = [make_lora(mdir, work / "lora-adapter"), make_lora(mdir, work / "lora-adapter-2", seed=1, r=8)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("CI", None)  # the driver's own CLI runs are not the test session
     try:
         r = subprocess.run([str(py), str(REPO / "tests" / "vllm_driver.py"), str(mdir), str(work / "reqs.json"),
-                            str(work / "out.json"), str(work), str(lora)], capture_output=True, text=True, env=env,
+                            str(work / "out.json"), str(work), *map(str, loras)], capture_output=True, text=True, env=env,
                            timeout=START_TIMEOUT + 600)
     except subprocess.TimeoutExpired:
         unavailable("the vLLM driver did not finish in time")
@@ -147,7 +147,10 @@ def test_lora_adapter_aggregates_equal_hf_adapter_within_1e_4(both, tmp_path):
     base = got["tofu"]["summary"]  # the adapter changes the numbers: the comparison can fail
     assert min(abs(float(want[m]) - float(base[m])) for m in ("forget_truth_ratio", "mia_loss")) > 1e-3
     assert abs(float(want["retain_Q_A_Prob"]) / float(base["retain_Q_A_Prob"]) - 1) > 1e-2
-    assert lora["engines"] == 1 and got["engines"] == 1  # the base's runs reused the adapter's LoRA engine
+    # a sweep of two adapters (ranks 4 and 8: vLLM's rank 8 covers both), then the plain base: one engine start
+    assert lora["engines"] == 1 and got["engines"] == 1
+    second = lora["summaries"]["lora-adapter-2"]
+    assert abs(float(second["forget_truth_ratio"]) - float(lora["summary"]["forget_truth_ratio"])) > 1e-3
     assert lora["fingerprint"] != got["fingerprint"]
     assert f"vllm:{work / 'lora-adapter'}" in json.dumps(lora["run"])
 
@@ -327,3 +330,14 @@ def test_base_without_lora_support_at_engine_start_is_one_line(monkeypatch):
     msg = str(e.value)
     assert msg.startswith("vllm:/m: vLLM cannot serve LoRA adapters on this base (FooForCausalLM does not support "
                           "LoRA); use hf:ADAPTER_DIR (vLLM's log: ") and "\n" not in msg
+
+
+def test_sweep_groups_vllm_adapters_by_base(server_model, tmp_path):
+    """``vllm:ADAPTER_DIR`` specs are grouped by base like ``hf:`` adapters (one LoRA engine per group)."""
+    from evaldag.engine.cli.sweep_run import by_base
+
+    mdir = Path(server_model[0])
+    a, b = _fake_adapter(tmp_path / "a", mdir), _fake_adapter(tmp_path / "b", mdir)
+    order, note = by_base([f"vllm:{a}", f"vllm:{HEAD_DIM_16}", f"vllm:{b}"])
+    assert order == [f"vllm:{a}", f"vllm:{b}", f"vllm:{HEAD_DIM_16}"]
+    assert note.startswith(f"evaldag: sweep: 2 adapter(s) over 1 base(s), run grouped") and str(mdir) in note
