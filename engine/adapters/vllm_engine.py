@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,6 +39,8 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": 
 _OOM = re.compile(r"out of memory|OutOfMemoryError|No available memory for the cache blocks|"
                   r"larger than the available KV cache memory|KV cache is needed|Cannot allocate memory|"
                   r"insufficient memory|not enough (?:free )?memory", re.I)
+#: what vLLM's worker says when the model class has no LoRA layers
+_NO_LORA = re.compile(r"(\w+) does not support LoRA")
 #: how long a freed engine may take to hand its GPU memory back
 FREE_TIMEOUT = 60.0
 
@@ -59,11 +61,25 @@ class EngineOptions:
     tensor_parallel_size: int = 1
     enforce_eager: bool = False
     seed: int = 0
+    max_lora_rank: int = 0  # 0: no LoRA; else the engine serves LoRA adapters up to this rank (vllm_lora.py)
+    max_loras: int = 1
+
+    def serves(self, wanted: "EngineOptions") -> bool:
+        """Whether an engine started with these options answers ``wanted``'s requests: the same
+        options, or this one has LoRA on with a rank as large (a LoRA engine serves its plain
+        base, lora_request None, and every adapter up to its rank: a sweep keeps one engine)."""
+        if wanted == self:
+            return True
+        if not self.max_lora_rank or wanted.max_lora_rank > self.max_lora_rank:
+            return False
+        return replace(wanted, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras) == self
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"model": self.model, "tokenizer": self.tokenizer, "dtype": DTYPES[self.dtype],
                               "tensor_parallel_size": self.tensor_parallel_size, "enforce_eager": self.enforce_eager,
                               "seed": self.seed, "skip_tokenizer_init": False}
+        if self.max_lora_rank:
+            kw.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras)
         if self.max_model_len is not None:
             kw["max_model_len"] = self.max_model_len
         if self.gpu_memory_utilization is not None:
@@ -94,7 +110,7 @@ START_SECONDS: list[float] = []
 def engine(options: EngineOptions) -> Any:
     """The live ``vllm.LLM`` for ``options``: started on first use, after freeing any other."""
     global _LIVE
-    if _LIVE is not None and _LIVE.options == options:
+    if _LIVE is not None and _LIVE.options.serves(options):
         return _LIVE.llm
     free()
     before = _gpu_free_bytes()
@@ -114,6 +130,11 @@ def engine(options: EngineOptions) -> Any:
     START_SECONDS.append(time.perf_counter() - t0)
     _LIVE = Live(options, llm, log, before)
     return llm
+
+
+def lora_on() -> bool:
+    """Whether the live engine was started with LoRA on (its prompt log-probs go one prompt per call)."""
+    return _LIVE is not None and bool(_LIVE.options.max_lora_rank)
 
 
 def live_log() -> Path | None:
@@ -184,6 +205,10 @@ def _start_error(options: EngineOptions, e: BaseException, log: Path) -> BaseExc
         why = _OOM.search(text).group(0)
         return EngineStartError(f"vllm:{options.model}: the engine ran out of memory at start ({why}); {lower} "
                                 f"(vLLM's log: {log})")
+    no_lora = _NO_LORA.search(text) if options.max_lora_rank else None
+    if no_lora:
+        return EngineStartError(f"vllm:{options.model}: vLLM cannot serve LoRA adapters on this base ({no_lora.group(1)} "
+                                f"does not support LoRA); use hf:ADAPTER_DIR (vLLM's log: {log})")
     if isinstance(e, (ValueError, OSError)):  # vLLM's own config checks (a bad max_model_len, a missing file)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return EngineStartError(f"vllm:{options.model}: vLLM refused to start: {first[:300]} (vLLM's log: {log})")

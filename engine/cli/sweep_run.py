@@ -39,6 +39,7 @@ from .sweep import folder_names
 
 def base_of(spec: str, adapter_base: str | None) -> str | None:
     """The base an adapter folder runs on (``--adapter-base`` first), None for a plain checkpoint."""
+    spec = spec.removeprefix("vllm:")  # vllm:ADAPTER_DIR: LoRA requests of its base's one engine, grouped the same
     if not is_adapter_dir(spec):
         return None
     if adapter_base:

