@@ -23,7 +23,7 @@ from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
 from .hf import HFModel
-from .vllm_model import from_spec as vllm_from_spec
+from .vllm_lora import from_spec as vllm_from_spec
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
 

@@ -28,9 +28,10 @@ from typing import Any
 
 from ..backend import Capabilities, Identity, ModelResource
 from . import vllm_engine
+from .hf import is_adapter_dir
 from .hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
-from .vllm_model import VLLMModel, VLLMSpecError, eos_ids
+from .vllm_model import VLLMModel, VLLMSpecError, _int, eos_ids
 
 #: vLLM's accepted ``max_lora_rank`` values (``vllm.config.lora.MaxLoRARanks``, 0.32.0)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -132,3 +133,20 @@ class VLLMLoraModel(ModelResource):
                                         self.base.max_model_len or 1 << 30, self.base.device, self.resolved_dtype(),
                                         self.spec, lora=lora)
         return self._adapter
+
+
+def from_spec(target: str, dtype: str | None = None, tokenizer: str | None = None, max_model_len: Any = None,
+              gpu_memory_utilization: Any = None, tensor_parallel_size: Any = None, enforce_eager: Any = None,
+              flag: str = "--model", adapter_base: str | None = None) -> ModelResource:
+    """The ``vllm`` scheme's factory (``evaldag.backends``): ``vllm:DIR|ID`` and its options, checked at once;
+    a PEFT adapter folder (or ``--adapter-base``) is a LoRA request of its base's engine (here, so
+    that vllm_model.py never imports this module)."""
+    if adapter_base or is_adapter_dir(target):
+        return VLLMLoraModel(target, adapter_base=adapter_base, flag=flag, dtype=dtype or "auto", tokenizer=tokenizer,
+                             max_model_len=_int(max_model_len), tensor_parallel_size=_int(tensor_parallel_size),
+                             gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
+                             enforce_eager=bool(enforce_eager))
+    return VLLMModel(target, dtype=dtype or "auto", tokenizer=tokenizer, max_model_len=_int(max_model_len),
+                     gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
+                     tensor_parallel_size=_int(tensor_parallel_size), enforce_eager=bool(enforce_eager),
+                     flag=flag)

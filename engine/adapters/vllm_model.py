@@ -26,7 +26,7 @@ from typing import Any
 
 from ..backend import Capabilities, Identity, ModelResource, add_load_hook
 from . import vllm_engine
-from .hf import HFModel, _ensure_pad, _probe_device, is_adapter_dir  # its file hashing, dtype rule and tokenizer loading, reused
+from .hf import HFModel, _ensure_pad, _probe_device  # its file hashing, dtype rule and tokenizer loading, reused
 from .hf_encoder import HFEncoder
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
 
@@ -205,24 +205,6 @@ def _int(x: Any) -> int | None:
 
 def _has_gpu() -> bool:
     return _probe_device() == "cuda"
-
-
-def from_spec(target: str, dtype: str | None = None, tokenizer: str | None = None, max_model_len: Any = None,
-              gpu_memory_utilization: Any = None, tensor_parallel_size: Any = None, enforce_eager: Any = None,
-              flag: str = "--model", adapter_base: str | None = None) -> ModelResource:
-    """The ``vllm`` scheme's factory (``evaldag.backends``): ``vllm:DIR|ID`` and its options, checked at once;
-    a PEFT adapter folder (or ``--adapter-base``) is a LoRA request of its base's engine (vllm_lora.py)."""
-    if adapter_base or is_adapter_dir(target):
-        from .vllm_lora import VLLMLoraModel
-
-        return VLLMLoraModel(target, adapter_base=adapter_base, flag=flag, dtype=dtype or "auto", tokenizer=tokenizer,
-                             max_model_len=_int(max_model_len), tensor_parallel_size=_int(tensor_parallel_size),
-                             gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
-                             enforce_eager=bool(enforce_eager))
-    return VLLMModel(target, dtype=dtype or "auto", tokenizer=tokenizer, max_model_len=_int(max_model_len),
-                     gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
-                     tensor_parallel_size=_int(tensor_parallel_size), enforce_eager=bool(enforce_eager),
-                     flag=flag)
 
 
 def _free_for(model: ModelResource) -> None:

