@@ -1,7 +1,7 @@
 """Every backend on the same work: ``hf:``, ``vllm:`` (in-process) and ``openai:`` (a vLLM server).
 
 Run: python tests/perf/bench_backends.py [--vllm-python PY] [--gpu] [--rows N] [--new-tokens N]
-         [--skip-server] [--skip-tofu] [--open-unlearning-seconds S] [--workdir DIR]
+         [--skip-server] [--skip-tofu] [--only-tofu BACKEND] [--open-unlearning-seconds S] [--workdir DIR]
 
 Two workloads from bench_tofu_scale.py's TOFU-size data (forget10 size, a random Llama whose
 greedy generations never meet an eos, so every row runs all its new tokens):
@@ -16,6 +16,8 @@ same prompts in the same engine, and evaldag's tokens/s as a share of it (goal >
 Then the whole ``evaldag run tofu`` at TOFU size through each backend (``--fallback hf:``
 for what vLLM and a server cannot compute) against open-unlearning's time
 (tests/perf/open_unlearning/; the issue's 315 s unless ``--open-unlearning-seconds``).
+``--only-tofu BACKEND`` runs just that backend's whole run (no per-kind workers): one row
+can be measured alone when the whole script would not fit a time limit.
 
 CPU (default): the 4-layer 256-wide Llama in fp32; on CPU vLLM is a correctness check, not
 a speed lever. ``--gpu``: a random Llama with a 1B-size config (Llama-3.2-1B's shapes) in
@@ -150,6 +152,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=200)
     ap.add_argument("--skip-server", action="store_true", help="no openai: (vLLM server) column")
     ap.add_argument("--skip-tofu", action="store_true", help="no whole `evaldag run tofu` per backend")
+    ap.add_argument("--only-tofu", choices=["hf", "vllm", "openai"], default=None,
+                    help="only this backend's whole `evaldag run tofu` (no per-kind workers, no table)")
     ap.add_argument("--open-unlearning-seconds", type=float, default=None)
     ap.add_argument("--workdir", default=None)
     # worker mode (internal)
@@ -188,12 +192,15 @@ def bench(args: argparse.Namespace) -> None:
               f"{shape['hidden_size'] // shape['num_attention_heads']}), {dtype}; {args.rows} rows per split, "
               f"{args.new_tokens} new tokens; {load()}")
         mlen = "1024" if not args.gpu else "2048"
-        results = {"hf": run_worker(sys.executable, "hf", f"hf:{model}", tmp, dtype)}
-        results["vllm"] = run_worker(args.vllm_python, "vllm", f"vllm:{model}", tmp, dtype, "--max-model-len", mlen)
+        only = args.only_tofu
+        results = {}
+        if not only:
+            results["hf"] = run_worker(sys.executable, "hf", f"hf:{model}", tmp, dtype)
+            results["vllm"] = run_worker(args.vllm_python, "vllm", f"vllm:{model}", tmp, dtype, "--max-model-len", mlen)
         srv = None
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so `finally` runs
         try:
-            if not args.skip_server:
+            if not args.skip_server and only in (None, "openai"):
                 port = free_port()
                 vdt = "bfloat16" if args.gpu else "float32"
                 srv = RunningServer("vLLM", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
@@ -206,12 +213,15 @@ def bench(args: argparse.Namespace) -> None:
                     print(f"  openai: server did not start: {why}")
                     srv.stop()
                     srv = None
+                elif only:
+                    print(f"  vLLM server ready in {time.perf_counter() - t0:.1f} s")
                 else:
                     print(f"  vLLM server ready in {time.perf_counter() - t0:.1f} s")
                     results["openai"] = run_worker(sys.executable, "openai", f"openai:{srv.url}/v1", tmp,
                                                    dtype, "--tokenizer", str(model))
-            print("\n".join(table(results)))
-            if not args.skip_tofu:
+            if not only:
+                print("\n".join(table(results)))
+            if not args.skip_tofu or only:
                 ou = args.open_unlearning_seconds or OPEN_UNLEARNING_S
                 print(f"\nwhole `evaldag run tofu` (TOFU size, cold) vs open-unlearning's {ou:.0f} s:")
                 runs = [("hf", sys.executable, f"hf:{model}", []),
@@ -220,7 +230,7 @@ def bench(args: argparse.Namespace) -> None:
                 if srv is not None:
                     runs.append(("openai", sys.executable, f"openai:{srv.url}/v1", ["--tokenizer", str(model), "--fallback",
                                                                                     f"hf:{model}"]))
-                for name, py, spec, extra in runs:
+                for name, py, spec, extra in [r for r in runs if only in (None, r[0])]:
                     secs, run = evaldag_run(py, spec, data, tmp / f"tofu-{name}", tmp / f"cache-{name}", "--dtype", dtype, *extra)
                     gen = run["executor"]["by_kind"].get("generate", {}).get("seconds", 0.0)
                     print(f"  {name:<7} {secs:7.1f} s wall = {secs / ou:.3f} x open-unlearning (generation {gen:.1f} s)")

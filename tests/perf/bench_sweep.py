@@ -5,6 +5,7 @@ Run on purpose (pytest does not collect ``bench_*.py``)::
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python tests/perf/bench_sweep.py                 # K = 1, 4, 16, tiny workload
     python tests/perf/bench_sweep.py --k 1,4 --workload tofu-scale                      # the ratio's workload
     python tests/perf/bench_sweep.py --gpu --k 1,4,16                                   # 1B-size bf16 on CUDA
+    python tests/perf/bench_sweep.py --k 1,4 --workload tofu-scale --modes process,requests,checkpoints,auto
 
 For each K it makes K checkpoints (the base with one MLP weight nudged by a different
 factor each: K models, K fingerprints, one shape), then times ``evaldag run tofu --model
@@ -34,6 +35,10 @@ times one) to this row's cold time; ``n/a`` when no such time is known. Workload
 ``--gpu`` makes the base a random Llama of Llama-3.2-1B's shapes in bf16 (as
 ``bench_tofu_scale.py``'s GPU mode) and runs on CUDA (two ranks need two devices; with
 one, the rank rows are skipped). Each 1B checkpoint takes 2.5 GB of disk.
+
+``--modes`` keeps only some rows (``process``, ``requests``, ``checkpoints``, ``auto``,
+``shards``), so a bounded time buys the rows that matter; ``bench_sweep.json`` is rewritten
+after every row, so an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -164,8 +169,13 @@ def main() -> None:
                     help="one open-unlearning run on one checkpoint of this workload (tests/perf/open_unlearning/); "
                          "default: 315 for --workload tofu-scale, else unknown (ratio n/a)")
     ap.add_argument("--workdir", default=None, help="keep checkpoints and outputs here")
+    ap.add_argument("--modes", default=None, help="only these rows, comma-separated: process, requests, checkpoints, "
+                                                  "auto, shards (default all)")
     args = ap.parse_args()
     ks = sorted({int(k) for k in args.k.split(",")})
+    keep = set(args.modes.split(",")) if args.modes else None
+    if keep and keep - {"process", "shards", *MODES}:
+        raise SystemExit(f"--modes: unknown {', '.join(sorted(keep - {'process', 'shards', *MODES}))}")
     ou = args.open_unlearning_seconds
     if ou is None and args.workload == "tofu-scale" and not args.gpu:
         ou = scale.OPEN_UNLEARNING_S
@@ -186,8 +196,11 @@ def main() -> None:
     head = f"{'K':>3}  {'mode':<30}{'cold s':>9}{'warm s':>9}{'ckpt/h cold':>13}{'ckpt/h warm':>13}{'OU ratio':>10}"
     print(head)
     results = []
+    key = lambda name: "process" if name == "1 process" else "shards" if name.endswith("shards at once") else name.split()[-1]  # noqa: E731
     for k in ks:
         for name, mode in modes(parallel, gpus, args.gpu):
+            if keep is not None and key(name) not in keep:
+                continue
             if mode == "n/a":
                 print(f"{k:>3}  {name:<30}{'n/a':>9}{'n/a':>9}{'n/a':>13}{'n/a':>13}{'n/a':>10}")
                 continue
@@ -201,8 +214,9 @@ def main() -> None:
             ratio = k * ou / cold if ou else None
             print(f"{k:>3}  {name:<30}{cold:>9.1f}{warm:>9.1f}{3600 * k / cold:>13.0f}{3600 * k / warm:>13.0f}"
                   f"{cell(ratio, '.2f'):>10}", flush=True)
-            results.append({"k": k, "mode": name, "cold_s": cold, "warm_s": warm, "ou_ratio": ratio})
-    (tmp / "bench_sweep.json").write_text(json.dumps(results, indent=2))
+            results.append({"k": k, "mode": name, "cold_s": cold, "warm_s": warm, "ou_ratio": ratio,
+                            "load": scale.load()})
+            (tmp / "bench_sweep.json").write_text(json.dumps(results, indent=2))
     print(f"figures in {tmp / 'bench_sweep.json'}")
 
 
