@@ -56,12 +56,20 @@ class NotOurs(ValueError):
 
 
 def new_stage(out: Path) -> Path:
-    """A fresh, marked set folder under ``OUT/.evaldag/sets/``."""
+    """A fresh, marked set folder under ``OUT/.evaldag/sets/``.
+
+    It appears there with its mark already inside (made beside ``sets/`` under a temporary
+    name, then renamed in): a concurrent run's :func:`sweep` takes an unmarked folder in
+    ``sets/`` for an old published set, and removed a stage caught between its mkdir and
+    its mark (four concurrent writers of one OUT: one failed with ENOENT)."""
     sets = out / META / SETS
     sets.mkdir(parents=True, exist_ok=True)
-    stage = sets / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}"
-    stage.mkdir()
-    (stage / STAGE_MARK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = out / META / f"{TMP_PREFIX}stage-{name}"
+    tmp.mkdir()
+    (tmp / STAGE_MARK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+    stage = sets / name
+    os.rename(tmp, stage)
     return stage
 
 
