@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import math
+import subprocess
 import types
 from typing import Any
 
@@ -77,15 +78,28 @@ def one_process_view():
     same results (rank 0 alone writes the files). Only lm-eval's evaluator sees the view."""
     import lm_eval.evaluator as ev
 
-    real = ev.os
+    real, real_hash = ev.os, getattr(ev, "get_git_commit_hash", None)
     view = types.ModuleType("os")
     view.__dict__.update(real.__dict__)
     view.environ = {**real.environ, "LOCAL_RANK": "0"}
     ev.os = view
+    if real_hash is not None:  # its probe of the working directory printed "fatal: not a git repository" on every run
+        ev.get_git_commit_hash = _quiet_git_hash
     try:
         yield
     finally:
         ev.os = real
+        if real_hash is not None:
+            ev.get_git_commit_hash = real_hash
+
+
+def _quiet_git_hash() -> str | None:
+    """lm-evaluation-harness's ``git_hash`` (``git describe --always`` in the working directory),
+    the same value without git's complaint on stderr outside a repository."""
+    try:
+        return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+    except (subprocess.CalledProcessError, FileNotFoundError, OSError):
+        return None
 
 
 def evaluate(model: Any, params: LmevalParams, serve: Any) -> dict:
