@@ -58,13 +58,23 @@ def record(cache: Any, result: Any, out: str | os.PathLike | None, benchmarks: S
     return path
 
 
+def _order(p: Path) -> tuple:
+    """Oldest first: the name's time (to the second), then the file's own time, so two runs
+    ending within one second keep their order (the name's random part does not)."""
+    try:
+        ns = p.lstat().st_mtime_ns
+    except OSError:
+        ns = 0
+    return p.name[:16], ns, p.name
+
+
 def runs(root: str | os.PathLike) -> list[tuple[Path, dict | None]]:
     """Every recorded run under ``root``, oldest first; an unreadable file comes with None."""
     folder = Path(root) / FOLDER
     if not folder.is_dir() or folder.is_symlink():
         return []
     out: list[tuple[Path, dict | None]] = []
-    for p in sorted(folder.iterdir()):
+    for p in sorted(folder.iterdir(), key=_order):
         if not NAME.fullmatch(p.name) or p.is_symlink() or not p.is_file():
             continue
         try:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evaldag.engine import runlog
+
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 
 
@@ -21,7 +23,7 @@ def test_cache_runs_lists_each_run_with_command_out_and_node_counts(tmp_path):
     cache = tmp_path / "cache"
     _evaldag("run", "toy", "--out", tmp_path / "cold", "--cache-dir", cache)
     _evaldag("run", "toy", "--out", tmp_path / "warm", "--cache-dir", cache)
-    records = sorted((cache / "runs").iterdir())
+    records = [p for p, _ in runlog.runs(cache)]  # oldest first, also for two runs within one second
     assert len(records) == 2
     first = json.loads(records[0].read_text())
     n = len(json.loads((tmp_path / "cold" / "run.json").read_text())["nodes"])
