@@ -44,6 +44,10 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
 
 
+#: what a model with weights split over ranks serves: kinds whose every forward pass goes
+#: through the root module (paired over the ranks by distributed/lockstep.py), none backward
+SHARDED_KINDS = frozenset({"token_stats", "generate", "hidden_states"})
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_CLASS: list[type] = []  # hf_peft.HFPeftModel, registered when the adapters package is imported
 
@@ -80,6 +84,8 @@ class HFModel(ModelResource):
     """
 
     kind = "model"
+    sharded: str | None = None  # "fsdp", "fsdp2", "zero3": an in-memory model split over ranks
+    _weights_digest: str | None = None
 
     def __new__(cls, path_or_id: Any = None, *args: Any, **kwargs: Any) -> "HFModel":
         """``HFModel(ADAPTER_DIR)`` is a PEFT adapter (``adapter_config.json``; hf_peft.py): its
@@ -115,12 +121,18 @@ class HFModel(ModelResource):
 
     @classmethod
     def from_pretrained_objects(cls, model: Any, tokenizer: Any, name: str = "in-memory",
-                                attention_mask: str = "reference") -> "HFModel":
+                                attention_mask: str = "reference", sharded: str | None = None,
+                                weights_digest: str | None = None) -> "HFModel":
         """Wrap an already-built model and tokenizer (tests, notebooks, a model mid-training).
 
         The fingerprint hashes the weights and the tokenizer's serialization once, when
         first asked; mutate the model afterwards and the fingerprint is stale, so wrap
         it again. The tokenizer gets pad = eos when it has no pad token.
+
+        ``sharded`` ("fsdp", "fsdp2", "zero3"): the weights are split over the job's ranks
+        (``distributed/lockstep.py``); every rank must then run the same graph, the model
+        serves only :data:`SHARDED_KINDS`, and ``weights_digest`` (equal on every rank,
+        from ``lockstep.weights_digest``) replaces the hash of a state dict no rank holds.
         """
         _check_mask_mode(attention_mask)
         self = cls.__new__(cls)
@@ -132,6 +144,9 @@ class HFModel(ModelResource):
         _ensure_pad(tokenizer)
         self._objects, self._fp, self._adapter, self._snapshot = (model, tokenizer), None, None, None
         self._encoder = HFEncoder(tokenizer)
+        if sharded and not weights_digest:
+            raise ValueError(f"{name}: sharded weights need weights_digest (lockstep.weights_digest)")
+        self.sharded, self._weights_digest = sharded, weights_digest
         return self
 
     # -- identity
@@ -162,7 +177,8 @@ class HFModel(ModelResource):
         mask = [f"attention_mask={self.attention_mask}"] if self.mask_mode_matters() else []
         if self._objects is not None:
             model, _ = self._objects
-            return _digest("hf-mem-1", _state_dict_digest(model), _config_digest(model),
+            weights = self._weights_digest or _state_dict_digest(model)
+            return _digest("hf-mem-1", weights, _config_digest(model),
                            self.encoder().fingerprint(), self.dtype, *mask)
         dtype = self.resolved_dtype()
         if self.is_dir:
@@ -217,7 +233,10 @@ class HFModel(ModelResource):
     backend = "hf"  # the backend contract (engine/backend.py); label() is "hf:<path>"
 
     def capabilities(self) -> Capabilities:
-        return HFAdapter.static_capabilities()
+        every = HFAdapter.static_capabilities()
+        if self.sharded:  # root-module forward passes only, never backward (distributed/lockstep.py)
+            return Capabilities(every.kinds & SHARDED_KINDS, every.token_fields)
+        return every
 
     def identity(self) -> Identity:  # the fingerprint holds the files' hashes and the dtype: key fp@device
         return Identity("hf", self.device_type(), in_fingerprint=True)
@@ -258,6 +277,8 @@ class HFModel(ModelResource):
             model, tok = self._objects
             _check_rows(self.name, model, tok)
             self._adapter = HFAdapter(model.eval(), tok, attention_mask=self.attention_mask)  # eval mode: no dropout
+            if self.sharded:  # every forward through the root module, where lockstep pairs the ranks
+                self._adapter.root_forward_only()
             return self._adapter
         tokens = len(self.encoder().tokenizer)
         if self.is_dir:  # before reading any weight: the folder is still the fingerprinted one, its sizes agree

@@ -71,6 +71,7 @@ class HFAdapter(ModelAdapter):
         self.last_batch_tokens = (0, 0)
         self._head: Any = None
         self._lean: bool | None = None  # whether the lean decode loop serves this model
+        self._root_only = False  # weights split over ranks: see root_forward_only
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
@@ -152,6 +153,20 @@ class HFAdapter(ModelAdapter):
         self._generate_budget = budget
         return dataclasses.replace(budget, tokens=budget.tokens * GENERATE_GROUP,
                                    max_batch=budget.max_batch * GENERATE_GROUP)
+
+    def no_grad(self) -> Any:
+        """``torch.inference_mode()``, or ``torch.no_grad()`` for weights split over ranks: FSDP
+        keeps tensors made under inference mode, and the next training step then fails."""
+        import torch
+
+        return torch.no_grad() if self._root_only else torch.inference_mode()
+
+    def root_forward_only(self) -> None:
+        """Weights split over ranks: every forward pass through the root module (the one that
+        gathers them and where the ranks are paired), so no head split and no ``generate()``."""
+        self._head = False
+        self._lean = lean_loop_fits(self.model)
+        self._root_only = True
 
     def _lean_loop(self) -> bool:
         if self._lean is None:
@@ -258,7 +273,7 @@ class HFAdapter(ModelAdapter):
             tgt += r.continuation_ids
         dev = ids.device
         b_idx, t_idx, tgt = (torch.tensor(x, dtype=torch.long, device=dev) for x in (b_idx, t_idx, tgt))
-        with torch.inference_mode():
+        with self.no_grad():
             split = self.head_split()
             if split:
                 hidden = split[0](**self._inputs(ids, mask, pos))[0]
@@ -293,10 +308,14 @@ class HFAdapter(ModelAdapter):
         if any(not r.prompt_ids for r in reqs):
             raise ValueError("Generate needs at least one prompt token")
         if self._lean_loop():
-            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs))
+            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs), self.no_grad)
             results = loop.run(reqs)
             self.record_tokens(*loop.tokens)
             return results
+        if self._root_only:
+            raise ValueError("generation from weights split over ranks (FSDP, ZeRO-3) runs evaldag's own decode "
+                             "loop, and this model's generation config or cache type does not fit it; evaluate "
+                             "the saved checkpoint instead")
         ids, mask, _, _ = self.pad([r.prompt_ids for r in reqs], "left")
         results, padded = hf_generate(self, reqs, ids, mask)
         self.record_tokens(sum(len(r.prompt_ids) + len(x.token_ids) for r, x in zip(reqs, results)), padded)
@@ -314,7 +333,7 @@ class HFAdapter(ModelAdapter):
 
         side = self.padding_side or HiddenStates.padding_side
         ids, mask, pos, starts = self.pad([r.ids for r in reqs], side, reference=False)
-        with torch.inference_mode():
+        with self.no_grad():
             split = self.head_split()
             net = split[0] if split else self.model
             hs = net(**self._inputs(ids, mask, pos), output_hidden_states=True).hidden_states

@@ -87,12 +87,14 @@ class DecodeLoop:
     token per active row per step, so the padding left is the prefill's left padding.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, pad_id: int, masked_id: int | None, slots: int):
+    def __init__(self, model: Any, tokenizer: Any, pad_id: int, masked_id: int | None, slots: int,
+                 no_grad: Any = None):
 
         self.model, self.tokenizer, self.pad_id, self.masked_id = model, tokenizer, pad_id, masked_id
         self.slots, self.eos = max(1, slots), eos_ids(model)
         self.keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.tokens = (0, 0)
+        self.no_grad = no_grad  # a context factory (HFAdapter.no_grad); None: torch.inference_mode
 
     def run(self, reqs: Sequence[Generate]) -> list[GenerateResult]:
         import torch
@@ -106,7 +108,7 @@ class DecodeLoop:
         computed = 0
         broken: set[int] = set()  # requests that met non-finite logits
         refill_at = max(1, int(self.slots * REFILL_SHARE))
-        with torch.inference_mode():
+        with (self.no_grad or torch.inference_mode)():
             while rows or waiting:
                 free = self.slots - len(rows)
                 if waiting and (free >= refill_at or not rows):

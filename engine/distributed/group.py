@@ -108,6 +108,13 @@ class Group:
             self._collective(what, self._dist.all_reduce, t, self._dist.ReduceOp.MIN)
         return [int(x) for x in t.tolist()]
 
+    def sum_ints(self, values: Sequence[int], what: str) -> list[int]:
+        """Element-wise sum over ranks (how many ranks still have work)."""
+        t = self._torch.tensor(list(values), dtype=self._torch.int64, device=self.device)
+        if len(t):
+            self._collective(what, self._dist.all_reduce, t, self._dist.ReduceOp.SUM)
+        return [int(x) for x in t.tolist()]
+
     def gather_ints(self, values: Sequence[int], what: str) -> list[list[int]]:
         """Every rank's ``values`` (the same length on every rank)."""
         t = self._torch.tensor(list(values), dtype=self._torch.int64, device=self.device)

@@ -23,6 +23,7 @@ the run, so a node rank 0 writes during the run cannot make another rank skip wo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -37,6 +38,7 @@ from ..planner import plan
 from ..graph import Graph
 from ..resources import ResourceSet
 from .group import Group, partition
+from .lockstep import Lockstep
 from .wire import decode_entries, decode_results, encode_entries, encode_results
 
 # Kinds dealt out row by row rather than batch by batch: the generation decode loop
@@ -45,8 +47,9 @@ from .wire import decode_entries, decode_results, encode_entries, encode_results
 # Teacher-forced kinds are dealt out as whole batches: their floats do, in the last bits.
 _ROW_KINDS = frozenset({"generate"})
 _SHARED = ("sequences_forwarded", "tokens_real", "tokens_padded", "batches", "oom_retries")
-# per rank: the work it did itself and its seconds in forward passes
-_RANK_FIELDS = (*_SHARED, "seconds")
+# per rank: the work it did itself, its seconds in forward passes, and the one-token passes it
+# made only to keep the other ranks company (weights sharded over the ranks: lockstep.py)
+_RANK_FIELDS = (*_SHARED, "seconds", "filler_passes")
 
 
 @dataclass
@@ -135,11 +138,14 @@ class ShardedExecutor(Executor):
 
     def _compute(self, model: Any, fp: str, kind: str, items: list, st: KindStats) -> dict:
         err: BaseException | None = None
+        adapter = None
         try:
-            self.adapter(model, fp)
+            adapter = self.adapter(model, fp)
         except Exception as e:
             err = e
         self.group.raise_if_any(err, f"loading model {fp[:12]}")
+        # weights split over the ranks (FSDP, ZeRO-3: lockstep.py): every forward pass is paired
+        pair = Lockstep(self.group, adapter.model, adapter.pad_id) if getattr(model, "sharded", None) else None
         self._by_row = kind in _ROW_KINDS
         if self._by_row:  # deal out rows; each rank packs its own
             owners = partition([x[1].length() for x in items], self.group.world, self._load)
@@ -148,11 +154,13 @@ class ShardedExecutor(Executor):
         t0 = time.perf_counter()
         mine: dict[str, Any] = {}
         try:
-            mine = super()._compute(model, fp, kind, items, st)
+            with pair.serving() if pair is not None else contextlib.nullcontext():
+                mine = super()._compute(model, fp, kind, items, st)
         except Exception as e:  # still take part in the exchange, so no rank waits forever
             err = e
         counts = {k: getattr(st, k) - before[k] for k in _SHARED}
         counts["seconds"] = time.perf_counter() - t0
+        counts["filler_passes"] = pair.fillers if pair is not None else 0
         return self._exchange(fp, kind, mine, err, counts, st)
 
     def _exchange(self, fp: str, kind: str, mine: dict, err: BaseException | None, counts: dict, st: KindStats) -> dict:

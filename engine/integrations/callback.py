@@ -24,7 +24,10 @@ later finds every node cached.
 
 Under several processes (DDP: ``torchrun``, accelerate) the job's process group is joined,
 never re-made nor destroyed; each rank forwards a share of the batches, rank 0 writes, and
-the numbers are broadcast so every rank logs and decides alike.
+the numbers are broadcast so every rank logs and decides alike. Weights split over the
+ranks (FSDP, FSDP2, DeepSpeed ZeRO-3) are evaluated in place: every rank takes part in
+every forward pass (``distributed/lockstep.py``), and the check of a saved checkpoint
+gathers the whole model on rank 0.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .. import selection
 from ..cache import Cache, aliases
 from ..cache.files import atomic_write
 from ..distributed import Group
+from ..distributed import lockstep
 from ..sweepdir import SWEEP_FILE, comparison, sweep_record
 from .steps import StepEvaluation, find_tokenizer, model_folder
 from .tensors import same_tensors
@@ -81,6 +85,7 @@ class EvaldagCallback(TrainerCallback):
         self.history: list[dict[str, Any]] = []  # one row per evaluated step (step, folder, summary, fingerprint)
         self._folder: Path | None = None
         self._group: Any = None
+        self._sharded: str | None = None  # "fsdp", "fsdp2", "zero3": the weights are split over the ranks
         self._last: tuple[int, str] | None = None  # (step, in-memory fingerprint) of the latest evaluation
 
     @classmethod
@@ -106,9 +111,12 @@ class EvaldagCallback(TrainerCallback):
             self.evaluation.root = Path(args.output_dir) / "evaldag"
         self.tokenizer = find_tokenizer(model, self.tokenizer)
         self._group = job_group()
+        self._sharded = lockstep.sharding(model) if self._group is not None else None
         rank = self._group.rank if self._group is not None else 0
         self._folder = model_folder(model, self.tokenizer, self.evaluation.root, "model" if rank == 0 else f".model-rank{rank}")
         self.evaluation.check(self._folder)
+        if self._sharded:  # e.g. a gradient metric: refused now, not at every evaluation
+            self.evaluation.check_serves(self._folder, self._resource(model, "in-memory", "unhashed"))
 
     # -- the Trainer's events
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None, **kw: Any):
@@ -124,16 +132,20 @@ class EvaldagCallback(TrainerCallback):
         step = state.global_step
         if self.on_save_eval and (self._last is None or self._last[0] != step):
             self._stop(control, self.evaluate(model, step))
-        if self._last is not None and self._last[0] == step and state.is_world_process_zero:
-            self.alias_checkpoint(Path(args.output_dir) / f"checkpoint-{step}", model, self._last[1])
+        if self._last is None or self._last[0] != step:
+            return
+        # sharded weights: gathering the whole model is a collective, so every rank takes part
+        whole = lockstep.full_state_dict(model) if self._sharded else None
+        if state.is_world_process_zero:
+            self.alias_checkpoint(Path(args.output_dir) / f"checkpoint-{step}", model, self._last[1], whole)
 
     # -- the work
     def evaluate(self, model: Any, step: int) -> dict[str, float]:
         """Evaluate ``model`` as it is now as step ``step``; returns (and logs) the headline numbers."""
         if self._folder is None:
             raise ValueError("EvaldagCallback: not prepared; call attach(trainer) or let the Trainer start")
-        resource = HFModel.from_pretrained_objects(model, self.tokenizer, name=f"in-memory@step-{step}",
-                                                   attention_mask=self.evaluation.args.attention_mask)
+        digest = lockstep.weights_digest(model, self._group) if self._sharded else None
+        resource = self._resource(model, f"in-memory@step-{step}", digest)
         was_training = model.training
         try:
             code, out = self.evaluation.run(self._folder, resource, step, self._group)
@@ -159,6 +171,12 @@ class EvaldagCallback(TrainerCallback):
             self.trainer.log(logs)
         return numbers
 
+    def _resource(self, model: Any, name: str, digest: str | None) -> HFModel:
+        if self._sharded:  # the planner's messages then say why a kind is missing
+            name += f" ({self._sharded}: weights sharded over {self._group.world} ranks)"
+        return HFModel.from_pretrained_objects(model, self.tokenizer, name=name, sharded=self._sharded,
+                                               attention_mask=self.evaluation.args.attention_mask, weights_digest=digest)
+
     def _stop(self, control: Any, numbers: dict[str, float]) -> None:
         """``stop_when``: end training once the latest evaluation meets every condition."""
         if self.stop_when and selection.holds(self.stop_when, numbers):
@@ -178,9 +196,10 @@ class EvaldagCallback(TrainerCallback):
             record["selected"] = self.selected
         atomic_write(root / SWEEP_FILE, (json.dumps(record, indent=2) + "\n").encode())
 
-    def alias_checkpoint(self, folder: Path, model: Any, memory_fp: str) -> bool:
-        """Record that the saved ``folder`` holds the evaluated weights (checked tensor by tensor)."""
-        if not folder.is_dir() or not same_tensors(folder, model):
+    def alias_checkpoint(self, folder: Path, model: Any, memory_fp: str, whole: dict | None = None) -> bool:
+        """Record that the saved ``folder`` holds the evaluated weights (checked tensor by tensor
+        against ``whole``, the gathered state dict of sharded weights, else the model's own)."""
+        if not folder.is_dir() or not same_tensors(folder, model.state_dict() if whole is None else whole):
             warnings.warn(f"EvaldagCallback: {folder} was not recorded as the evaluated weights "
                           "(no safetensors there, or its tensors differ from the model's)", stacklevel=2)
             return False

@@ -25,9 +25,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..cli.added import added_metrics
 from ..cli.main import parser as cli_parser
 from ..cli.models import for_model
 from ..cli.run import _one, check_folders, config_error, configs
+from ..graph import Graph, GraphError
+from ..planner import plan
+from ..resources import ResourceSet
 from ..redact import redact_argv
 from ..registry import BENCHMARKS
 
@@ -128,6 +132,19 @@ class StepEvaluation:
             configs(args, [self.bench])
         except (OSError, ValueError) as e:
             raise ValueError(f"EvaldagCallback: {config_error(e)}") from None
+
+    def check_serves(self, folder: Path, resource: Any) -> None:
+        """What ``resource`` (the in-memory model) cannot serve, refused before training starts,
+        in the planner's one line: weights split over ranks serve fewer request kinds."""
+        args = self.for_folder(folder)
+        try:
+            cfg = configs(args, [self.bench])[0]
+            nodes, resources = self.bench.build(cfg)
+            nodes += added_metrics(args.add_metric, resources, [(self.bench, cfg)])
+            plan(Graph(nodes), ResourceSet({**resources, "model": resource}))
+        except (GraphError, OSError, ValueError) as e:  # a --fallback folder is not the weights being trained
+            line = config_error(e).replace("or add --fallback hf:DIR", "or evaluate the saved checkpoints with the CLI")
+            raise ValueError(f"EvaldagCallback: {line}") from None
 
     def for_folder(self, folder: Path) -> argparse.Namespace:
         return for_model(self.args, str(folder))

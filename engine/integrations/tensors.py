@@ -6,17 +6,17 @@ from pathlib import Path
 from typing import Any
 
 
-def same_tensors(folder: Path, model: Any) -> bool:
-    """Every tensor of every ``*.safetensors`` file in ``folder`` equals the model's tensor of that
-    name (dtype, shape and bits), and at least one was compared. Names the file leaves out (tied
-    weights) are the ones the model shares with a saved tensor. ``.bin`` checkpoints: False."""
+def same_tensors(folder: Path, state: dict[str, Any]) -> bool:
+    """Every tensor of every ``*.safetensors`` file in ``folder`` equals the tensor of that name
+    in ``state`` (the model's state dict: dtype, shape and bits), and at least one was compared.
+    Names the file leaves out (tied weights) are the ones the model shares with a saved tensor.
+    ``.bin`` checkpoints: False."""
     import torch  # heavy: only when a checkpoint is saved
     from safetensors import safe_open
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return False
-    state = model.state_dict()
     compared = 0
     for path in files:
         with safe_open(str(path), framework="pt") as f:

@@ -95,7 +95,8 @@ LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hu
            "pandas", "pyarrow",  # optional (evaldag[pandas]): imported only by to_pandas() / export --parquet
            "peft",  # optional (evaldag[peft]): imported only when an adapter loads
            "wandb",  # optional (evaldag[wandb]): imported only by export --wandb
-           "vllm"}  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
+           "vllm",  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
+           "deepspeed"}  # never a dependency: imported only to gather a ZeRO-3 model a DeepSpeed job trains
 
 
 def test_function_level_imports_in_the_engine_are_heavy_libraries_only():

@@ -1,0 +1,101 @@
+"""EvaldagCallback on weights sharded over 2 gloo ranks (FSDP and FSDP2 on CPU): every rank takes
+part in every forward pass (distributed/lockstep.py), the numbers equal cold CLI runs on the
+saved checkpoints bit for bit, the saved checkpoints are then found cached, and a metric a
+sharded model cannot serve is refused before training in one line."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from evaldag.engine import cli  # noqa: E402
+
+TESTS = Path(__file__).parents[1]
+sys.path.insert(0, str(TESTS))
+from tiny_trainer import TINY, TOFU  # noqa: E402
+
+METRICS = "forget_Q_A_Prob,forget_Q_A_ROUGE,forget_quality"
+ARGS = ["run", "tofu", "--data", str(TOFU), "--retain-model", str(TINY / "retain"), "--metrics", METRICS,
+        "--max-new-tokens", "8", "--quiet"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path) -> tuple[list[int], list[dict], list[str]]:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "WORLD_SIZE": "2",
+           "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120", "HF_HUB_OFFLINE": "1"}
+    logs = [(tmp / f"out{r}.txt", tmp / f"err{r}.txt") for r in (0, 1)]  # files: a full pipe would block a rank
+    procs = []
+    for r, (out, err) in enumerate(logs):
+        with open(out, "w") as o, open(err, "w") as e:
+            procs.append(subprocess.Popen(
+                [sys.executable, str(TESTS / "fsdp_worker.py"), str(tmp / "out"), str(cache), kind, metrics],
+                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=o, stderr=e))
+    try:
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    errs = [err.read_text() for _, err in logs]
+    lines = [json.loads(out.read_text().strip().splitlines()[-1]) if out.read_text().strip() else {} for out, _ in logs]
+    return codes, lines, errs
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("fsdp-cache")  # the retain model's side computed once for both kinds
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "fsdp2"])
+def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(kind, tmp_path, shared_cache):
+    codes, lines, errs = _two_ranks(tmp_path, kind, METRICS, shared_cache)
+    assert codes == [0, 0], [e[-3000:] for e in errs]
+    assert [x["sharded"] for x in lines] == [kind, kind]
+    assert [x["sum"] for x in lines] == [2.0, 2.0]  # the training job's group is still up
+    assert lines[0]["history"] == lines[1]["history"] and lines[0]["fingerprint"] == lines[1]["fingerprint"]
+    hist = lines[0]["history"]
+    assert [h["step"] for h in hist] == [1, 2, 3] and all(h["exit"] == 0 for h in hist)
+    probs = [h["summary"]["forget_Q_A_Prob"] for h in hist]
+    assert probs[0] > probs[1] > probs[2]  # gradient ascent: each step evaluated on that step's weights
+
+    out = tmp_path / "out"
+    run = json.loads((out / "evaldag" / "step-1" / "run.json").read_text())
+    ranks = run["executor"]["by_rank"]
+    assert run["executor"]["world_size"] == 2 and all(r["batches"] > 0 for r in ranks.values())
+    # the ranks had unequal shares; the one that finished first answered the other's passes
+    assert sum(r["filler_passes"] for r in ranks.values()) > 0
+
+    for step in (1, 3) if kind == "fsdp2" else (3,):  # a cold one-process CLI run on the saved whole model: bit for bit
+        cold = tmp_path / f"cold{step}"
+        assert cli.main([*ARGS, "--model", str(out / f"checkpoint-{step}"), "--cache-dir", str(tmp_path / "c"),
+                         "--out", str(cold)]) == 0
+        assert (cold / "TOFU_EVAL.json").read_bytes() == (out / "evaldag" / f"step-{step}" / "TOFU_EVAL.json").read_bytes()
+
+    # the callback recorded each saved folder as the weights it evaluated: a CLI run there is all cached
+    warm = tmp_path / "warm"
+    assert cli.main([*ARGS, "--model", str(out / "checkpoint-2"), "--cache-dir", str(shared_cache), "--out", str(warm)]) == 0
+    ex = json.loads((warm / "run.json").read_text())["executor"]
+    assert ex["sequences_forwarded"] == 0 and ex["models_loaded"] == []
+    assert json.loads((warm / "TOFU_SUMMARY.json").read_text())["forget_Q_A_Prob"] == probs[1]
+
+
+def test_a_metric_sharded_weights_cannot_serve_is_refused_before_training(tmp_path):
+    codes, lines, errs = _two_ranks(tmp_path, "fsdp2", "forget_Q_A_Prob,mia_gradnorm", tmp_path / "cache")
+    assert codes == [0, 0], [e[-3000:] for e in errs]
+    assert lines[0]["refused"] == lines[1]["refused"]
+    assert lines[0]["refused"] == (
+        "EvaldagCallback: grad_norms needs gradients; hf:in-memory (fsdp2: weights sharded over 2 ranks) gives token "
+        "statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary log-prob "
+        "statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
+    assert not (tmp_path / "out" / "evaldag" / "step-1").exists()

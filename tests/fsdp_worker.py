@@ -1,0 +1,90 @@
+"""One rank of a 2-rank job whose weights are sharded (FSDP or FSDP2), for test_integrations_fsdp.py.
+
+``python tests/fsdp_worker.py OUT CACHE KIND METRICS`` with RANK/WORLD_SIZE/MASTER_* set:
+the tiny Llama target wrapped by KIND (``fsdp``: FullyShardedDataParallel per decoder layer
+and at the root; ``fsdp2``: ``fully_shard`` likewise), 3 steps of gradient ascent on the
+forget set (the Trainer does not shard on CPU, so the loop is written out), an evaluation
+by ``EvaldagCallback`` after each step, and after each step the whole model saved to
+``OUT/checkpoint-N`` by rank 0 (gathered, as the Trainer saves a FULL_STATE_DICT) and
+``on_save`` called on every rank. Prints one JSON line: the history and the job group's state.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_trainer import OPTIONS, TINY, collate, forget_rows  # noqa: E402
+
+
+def wrap(model, kind: str):
+    import torch
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    if kind == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        return fully_shard(model)
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}),
+                                    device_id=torch.device("cpu"))
+
+
+def main() -> None:
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaldag.engine.distributed import lockstep
+    from evaldag.engine.integrations import EvaldagCallback
+
+    out, cache, kind, metrics = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(str(TINY / "target"))
+    model = wrap(AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32), kind)
+    opt = torch.optim.SGD(model.parameters(), lr=3e-3)
+    rows = forget_rows(tok)
+    cb = EvaldagCallback("tofu", every_n_steps=1, tokenizer=tok, output_dir=str(out), cache_dir=cache,
+                         **{**OPTIONS, "metrics": metrics})
+    args = SimpleNamespace(output_dir=str(out))
+    control = SimpleNamespace(should_training_stop=False)
+    try:
+        cb.on_train_begin(args, SimpleNamespace(global_step=0), control, model=model)
+    except ValueError as e:  # refused before training: the one line, for the test
+        print(json.dumps({"rank": rank, "refused": str(e)}))
+        return
+    for step in (1, 2, 3):
+        model.train()
+        batch = collate(rows[2 * rank : 2 * rank + 2])  # each rank its own rows, as a DDP sampler gives
+        loss = -model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        state = SimpleNamespace(global_step=step, is_world_process_zero=rank == 0)
+        cb.on_step_end(args, state, control, model=model)
+        whole = lockstep.full_state_dict(model)  # as the Trainer saves a FULL_STATE_DICT
+        if rank == 0:
+            unwrapped = AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32)
+            unwrapped.save_pretrained(str(out / f"checkpoint-{step}"), state_dict=whole)
+            tok.save_pretrained(str(out / f"checkpoint-{step}"))
+        dist.barrier()
+        cb.on_save(args, state, control, model=model)
+    t = torch.tensor([1.0])
+    dist.all_reduce(t)  # the job's group outlived every evaluation
+    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), 
+                      "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
+                      "fingerprint": cb._last[1]}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
