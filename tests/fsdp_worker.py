@@ -2,17 +2,19 @@
 
 ``python tests/fsdp_worker.py OUT CACHE KIND METRICS`` with RANK/WORLD_SIZE/MASTER_* set:
 the tiny Llama target wrapped by KIND (``fsdp``: FullyShardedDataParallel per decoder layer
-and at the root; ``fsdp2``: ``fully_shard`` likewise), 3 steps of gradient ascent on the
+and at the root; ``fsdp2``: ``fully_shard`` likewise; ``ddp``: replicated, for comparing
+the evaluation's cost), 3 steps of gradient ascent on the
 forget set (the Trainer does not shard on CPU, so the loop is written out), an evaluation
 by ``EvaldagCallback`` after each step, and after each step the whole model saved to
 ``OUT/checkpoint-N`` by rank 0 (gathered, as the Trainer saves a FULL_STATE_DICT) and
-``on_save`` called on every rank. Prints one JSON line: the history and the job group's state.
+``on_save`` called on every rank. Prints one JSON line: the history, each evaluation's seconds and the job group's state.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +26,8 @@ def wrap(model, kind: str):
     import torch
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
+    if kind == "ddp":  # replicated weights, for comparison: the callback is given the unwrapped model, as by the Trainer
+        return torch.nn.parallel.DistributedDataParallel(model)
     if kind == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
@@ -50,8 +54,9 @@ def main() -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(TINY / "target"))
-    model = wrap(AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32), kind)
-    opt = torch.optim.SGD(model.parameters(), lr=3e-3)
+    trained = wrap(AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32), kind)
+    model = trained.module if kind == "ddp" else trained
+    opt = torch.optim.SGD(trained.parameters(), lr=3e-3)
     rows = forget_rows(tok)
     cb = EvaldagCallback("tofu", every_n_steps=1, tokenizer=tok, output_dir=str(out), cache_dir=cache,
                          **{**OPTIONS, "metrics": metrics})
@@ -62,16 +67,19 @@ def main() -> None:
     except ValueError as e:  # refused before training: the one line, for the test
         print(json.dumps({"rank": rank, "refused": str(e)}))
         return
+    seconds = []  # each evaluation's wall time on this rank
     for step in (1, 2, 3):
-        model.train()
+        trained.train()
         batch = collate(rows[2 * rank : 2 * rank + 2])  # each rank its own rows, as a DDP sampler gives
-        loss = -model(**batch).loss
+        loss = -trained(**batch).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
         state = SimpleNamespace(global_step=step, is_world_process_zero=rank == 0)
+        t0 = time.perf_counter()
         cb.on_step_end(args, state, control, model=model)
-        whole = lockstep.full_state_dict(model)  # as the Trainer saves a FULL_STATE_DICT
+        seconds.append(round(time.perf_counter() - t0, 3))
+        whole = lockstep.full_state_dict(model) if kind != "ddp" else model.state_dict()  # as the Trainer saves
         if rank == 0:
             unwrapped = AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32)
             unwrapped.save_pretrained(str(out / f"checkpoint-{step}"), state_dict=whole)
@@ -80,7 +88,7 @@ def main() -> None:
         cb.on_save(args, state, control, model=model)
     t = torch.tensor([1.0])
     dist.all_reduce(t)  # the job's group outlived every evaluation
-    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), 
+    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), "seconds": seconds, 
                       "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
                       "fingerprint": cb._last[1]}))
     dist.destroy_process_group()

@@ -23,7 +23,7 @@ from tiny_trainer import OPTIONS, TINY, TOFU, make_trainer  # noqa: E402
 
 ARGS = ["run", "tofu", "--data", str(TOFU), "--retain-model", str(TINY / "retain"),
         "--metrics", "forget_Q_A_Prob,forget_quality", "--max-new-tokens", "8", "--quiet"]
-STEPS = (4, 8, 12)
+STEPS = (8, 16, 24)
 
 
 def _json(path: Path) -> dict:
@@ -32,9 +32,9 @@ def _json(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """12 steps of gradient ascent, saved and evaluated every 4 steps (3 evaluations)."""
+    """24 steps of gradient ascent, saved and evaluated every 8 steps (3 evaluations)."""
     root = tmp_path_factory.mktemp("train")
-    trainer = make_trainer(root / "out", steps=12, save_steps=4)
+    trainer = make_trainer(root / "out", steps=24, save_steps=8)
     cb = EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, cache_dir=str(root / "cache"),
                                      select="min forget_Q_A_Prob where forget_quality >= 0", **OPTIONS)
     t0 = time.perf_counter()
@@ -57,7 +57,7 @@ def test_the_callback_evaluates_at_each_save_and_logs_through_the_trainer(traine
         assert logged[step]["evaldag/forget_Q_A_Prob"] == s["forget_Q_A_Prob"]
         assert logged[step]["evaldag/forget_quality"] == s["forget_quality"]
     # the retain model is forwarded once for the whole training run
-    first, later = (_json(evald / f"step-{s}" / "run.json")["executor"] for s in (4, 8))
+    first, later = (_json(evald / f"step-{s}" / "run.json")["executor"] for s in (8, 16))
     retain = HFModel(str(TINY / "retain")).fingerprint()
     assert retain in first["forwarded_by_model"] and retain not in later["forwarded_by_model"]
     assert retain in first["models_loaded"] and retain not in later["models_loaded"]
@@ -66,8 +66,8 @@ def test_the_callback_evaluates_at_each_save_and_logs_through_the_trainer(traine
     sweep = _json(evald / "sweep.json")
     assert [(r["name"], r["step"]) for r in sweep["checkpoints"]] == [(f"step-{s}", s) for s in STEPS]
     assert sweep["table"]["TOFU"]["forget_Q_A_Prob"] == {f"step-{s}": p for s, p in zip(STEPS, probs)}
-    assert sweep["selected"]["checkpoints"] == ["step-12"] and cb.selected == sweep["selected"]
-    assert [logged[s].get("evaldag/selected_step") for s in STEPS] == [4, 8, 12]
+    assert sweep["selected"]["checkpoints"] == ["step-24"] and cb.selected == sweep["selected"]
+    assert [logged[s].get("evaldag/selected_step") for s in STEPS] == [8, 16, 24]
     page = root / "steps.html"  # `evaldag report OUTPUT_DIR/evaldag` reads the steps as a sweep's checkpoints
     assert cli.main(["report", str(evald), "--out", str(page)]) == 0
     assert all(f"step-{s}" in page.read_text() for s in STEPS)
@@ -85,12 +85,12 @@ def test_cli_runs_on_the_saved_checkpoints_give_the_same_numbers_and_find_them_c
     assert [(r["name"], r["step"], r["step_from"]) for r in sweep["checkpoints"]] == \
         [(f"checkpoint-{s}", s, "trainer_state.json") for s in STEPS]
     probs = sweep["table"]["TOFU"]["forget_Q_A_Prob"]
-    assert sweep["selected"]["checkpoints"] == [min(probs, key=probs.get)] == ["checkpoint-12"]
-    assert sweep["selected"]["rule"] == rule and sweep["selected"]["why"].startswith("checkpoint-12: the lowest forget_Q_A_Prob")
+    assert sweep["selected"]["checkpoints"] == [min(probs, key=probs.get)] == ["checkpoint-24"]
+    assert sweep["selected"]["rule"] == rule and sweep["selected"]["why"].startswith("checkpoint-24: the lowest forget_Q_A_Prob")
     # cold: a fresh cache, every number of the last checkpoint computed again from the saved files
     assert cli.main([*ARGS, "--model", str(ckpts[-1]), "--out", str(tmp_path / "cold"), "--cache-dir", str(tmp_path / "c2")]) == 0
     for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
-        assert (tmp_path / "cold" / name).read_bytes() == (root / "out" / "evaldag" / "step-12" / name).read_bytes()
+        assert (tmp_path / "cold" / name).read_bytes() == (root / "out" / "evaldag" / "step-24" / name).read_bytes()
     for step, ckpt in zip(STEPS, ckpts):
         mine = root / "out" / "evaldag" / f"step-{step}"
         for name in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
@@ -104,9 +104,9 @@ def test_an_alias_is_recorded_only_for_the_weights_evaluated(trained, tmp_path):
     root, trainer, cb, _ = trained
     cache = Cache(str(root / "cache"))
     with cache.filehash.active():  # the folder's fingerprint resolves to the in-memory one
-        fp = HFModel(str(root / "out" / "checkpoint-12")).fingerprint()
+        fp = HFModel(str(root / "out" / "checkpoint-24")).fingerprint()
     assert fp == cb._last[1]
-    raw = HFModel(str(root / "out" / "checkpoint-12")).fingerprint()  # outside a cache: the file scheme
+    raw = HFModel(str(root / "out" / "checkpoint-24")).fingerprint()  # outside a cache: the file scheme
     assert raw != fp and aliases.lookup(cache.root, raw) == fp
     # a damaged record is ignored (a recomputation, never a wrong hit)
     rec = cache.root / "aliases" / f"{raw}.json"
@@ -126,8 +126,8 @@ def test_an_alias_is_recorded_only_for_the_weights_evaluated(trained, tmp_path):
     assert removed > 3 and left == [] and not copy.exists()
     # a checkpoint whose tensors differ from the model in memory gets no alias
 
-    other = tmp_path / "checkpoint-4"
-    shutil.copytree(root / "out" / "checkpoint-4", other)
+    other = tmp_path / "checkpoint-8"
+    shutil.copytree(root / "out" / "checkpoint-8", other)
     with pytest.warns(UserWarning, match="not recorded"):
         assert cb.alias_checkpoint(other, trainer.model, cb._last[1]) is False
 
