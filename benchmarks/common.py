@@ -290,14 +290,37 @@ def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
     return None
 
 
-def tokenizer_files(path: str | None, tokenizer: str | None = None) -> dict[str, int] | None:
+def tokenizer_files(path: str | None, tokenizer: str | None = None) -> dict[str, bytes] | None:
     """The vocabulary files of a local model's tokenizer (``--tokenizer`` when given), name ->
-    size and bytes hashed cheaply; None when it is not a local folder (nothing to compare)."""
+    bytes; None when it is not a local folder (nothing to compare)."""
     folder = Path(tokenizer or path or "").expanduser()
     if not (tokenizer or path) or not folder.is_dir():
         return None
     names = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
-    return {n: hash((folder / n).read_bytes()) for n in names if (folder / n).is_file()}
+    return {n: (folder / n).read_bytes() for n in names if (folder / n).is_file()}
+
+
+def same_tokenizer_files(mine: dict[str, bytes], theirs: dict[str, bytes]) -> bool:
+    """Whether the files both tokenizers have say the same thing. A file only one side has is
+    no difference (transformers 5 no longer writes special_tokens_map.json), nor is the
+    ``truncation``/``padding`` state a ``tokenizer(..., truncation=True)`` call leaves in a
+    tokenizer.json it then saves (a Trainer's checkpoint of the same tokenizer)."""
+    for name in set(mine) & set(theirs):
+        a, b = mine[name], theirs[name]
+        if a == b:
+            continue
+        if name != "tokenizer.json":
+            return False
+        try:
+            da, db = json.loads(a), json.loads(b)
+        except ValueError:
+            return False
+        for d in (da, db):
+            d.pop("truncation", None)
+            d.pop("padding", None)
+        if da != db:
+            return False
+    return True
 
 
 def has_tokenizer(folder: Path) -> bool:

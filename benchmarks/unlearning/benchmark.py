@@ -127,7 +127,7 @@ class UnlearningBenchmark(Benchmark):
         for flag, path, role, metrics in sides:
             names = [m for m in metrics if m in cfg.metrics]
             theirs = common.tokenizer_files(path, cfg.backend_options.get(role, {}).get("tokenizer"))
-            if names and mine is not None and theirs is not None and theirs != mine:
+            if names and mine is not None and theirs is not None and not common.same_tokenizer_files(mine, theirs):
                 warned.setdefault(f"{flag} {path}", []).extend(names)
         for side, names in warned.items():
             verb = "compares" if len(names) == 1 else "compare"

@@ -191,3 +191,31 @@ def test_a_side_model_with_another_tokenizer_gets_one_warning_naming_the_metrics
     code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--retain-model", str(RETAIN),
                "--metrics", "forget_quality", "--quiet")
     assert code == 0 and "different tokenizer" not in capsys.readouterr().err
+
+
+def test_the_same_tokenizer_saved_again_by_a_trainer_gets_no_warning(tmp_path, capsys):
+    """A Trainer's checkpoint holds the tokenizer re-saved after a ``truncation=True`` call (its
+    tokenizer.json then records that state) and, with transformers 5, no special_tokens_map.json:
+    the same tokenizer, no warning. A changed vocabulary entry still warns."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    saved = tmp_path / "checkpoint-8"
+    shutil.copytree(TARGET, saved)
+    tok = AutoTokenizer.from_pretrained(str(TARGET))
+    tok("a question and its answer", truncation=True, max_length=48)
+    (saved / "special_tokens_map.json").unlink()
+    tok.save_pretrained(str(saved))
+    assert json.loads((saved / "tokenizer.json").read_text())["truncation"] is not None  # the state the old check saw
+    code = run(tmp_path, "--model", str(saved), "--data", str(DATA), "--retain-model", str(RETAIN),
+               "--metrics", "forget_quality", "--quiet")
+    assert code == 0 and "different tokenizer" not in capsys.readouterr().err
+    body = json.loads((saved / "tokenizer.json").read_text())
+    vocab = body["model"]["vocab"]
+    first = next(iter(vocab))
+    vocab[first + "x"] = vocab.pop(first)
+    (saved / "tokenizer.json").write_text(json.dumps(body))
+    code = run(tmp_path, "--model", str(saved), "--data", str(DATA), "--retain-model", str(RETAIN),
+               "--metrics", "forget_quality", "--quiet")
+    assert "different tokenizer" in capsys.readouterr().err
