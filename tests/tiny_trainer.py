@@ -42,7 +42,7 @@ def collate(batch: list[dict]) -> dict:
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def make_trainer(out: Path, steps: int, save_steps: int | None = None, lr: float = 3e-3):
+def make_trainer(out: Path, steps: int, save_steps: int | None = None, lr: float = 3e-3, **more):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
@@ -59,7 +59,7 @@ def make_trainer(out: Path, steps: int, save_steps: int | None = None, lr: float
     args = TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=2, learning_rate=lr,
                              save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
                              logging_steps=1000, report_to=[], use_cpu=True, seed=0, data_seed=0,
-                             disable_tqdm=True, dataloader_num_workers=0, save_only_model=True)
+                             disable_tqdm=True, dataloader_num_workers=0, save_only_model=True, **more)
     return Ascent(model=model, args=args, train_dataset=forget_rows(tok), data_collator=collate, processing_class=tok)
 
 

@@ -34,7 +34,7 @@ from .hf_encoder import HFEncoder
 from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
                         model_files as _model_files, model_names as _names)
 from .hf_pad import dedicated_pad_files as _dedicated_pad_files, dedicated_pad_object as _dedicated_pad_object
-from .placement import check_device_map, placement, placement_kwargs
+from .placement import check_device_map, placement, placement_kwargs, whole_weights
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
 
@@ -295,11 +295,12 @@ class HFModel(ModelResource):
         if self.attn_implementation:
             kw["attn_implementation"] = self.attn_implementation
         src = str(Path(self.path).expanduser()) if self.is_dir else self.path
-        if self.device_map is not None:  # split over devices by accelerate; it places the layers itself
-            model = AutoModelForCausalLM.from_pretrained(
-                src, **kw, **placement_kwargs(self.device_map, self.max_memory, self.offload_folder)).eval()
-        else:
-            model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
+        with whole_weights():  # inside a ZeRO-3 training job too (the callback's retain model)
+            if self.device_map is not None:  # split over devices by accelerate; it places the layers itself
+                model = AutoModelForCausalLM.from_pretrained(
+                    src, **kw, **placement_kwargs(self.device_map, self.max_memory, self.offload_folder)).eval()
+            else:
+                model = AutoModelForCausalLM.from_pretrained(src, **kw).to(device).eval()
         if self._snapshot is not None:  # what was read is what was hashed: every file read again in full
             self._snapshot.check_content(_names(self._snapshot.root))
         _check_rows(self.path, model, self.encoder().tokenizer)

@@ -156,8 +156,13 @@ def loaded_rows(model: Any) -> list[tuple[str, int]]:
     out = []
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     if emb is not None and getattr(emb, "weight", None) is not None:
-        out.append(("the input embedding", int(emb.weight.shape[0])))
+        out.append(("the input embedding", _rows(emb.weight)))
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and getattr(head, "weight", None) is not None:
-        out.append(("the output layer (lm_head)", int(head.weight.shape[0])))
+        out.append(("the output layer (lm_head)", _rows(head.weight)))
     return out
+
+
+def _rows(weight: Any) -> int:
+    """Rows of a weight, also of a ZeRO-3 partitioned one (its own shape is empty: ``ds_shape``)."""
+    return int((getattr(weight, "ds_shape", None) or weight.shape)[0])

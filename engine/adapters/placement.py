@@ -10,10 +10,12 @@ placement serves another. accelerate is an optional extra: ``pip install 'evalda
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
+import sys
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -51,3 +53,26 @@ def placement_kwargs(device_map: str, max_memory: dict | None, offload_folder: s
 def placement(model: Any) -> dict[str, str]:
     """Where each module went (``hf_device_map``), or {} for a model on one device."""
     return {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
+
+
+@contextlib.contextmanager
+def whole_weights() -> Iterator[None]:
+    """Load a checkpoint whole even inside a DeepSpeed ZeRO-3 training job.
+
+    While a ZeRO-3 Trainer lives, transformers' ``from_pretrained`` partitions every model
+    it builds over the job's ranks (``deepspeed.zero.Init``), the retain and reference models
+    the callback's evaluation loads too: each rank would then hold a slice of a model the
+    executor runs as replicated. The job's DeepSpeed config is set aside for the load and
+    put back after it.
+    """
+    ds = sys.modules.get("transformers.integrations.deepspeed")  # imported only where DeepSpeed is in use
+    ref = getattr(ds, "_hf_deepspeed_config_weak_ref", None)
+    held = ref() if ref is not None else None
+    if held is None:
+        yield
+        return
+    ds.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        ds.set_hf_deepspeed_config(held)

@@ -21,6 +21,9 @@ The fingerprint of sharded weights hashes each rank's own shard and then the ran
 digests in rank order, so it is the same on every rank, changes whenever any shard
 changes, and never gathers the whole model. (It differs from the fingerprint of the same
 weights held whole; the callback's alias of a saved checkpoint bridges the two.)
+
+Tested on CPU with 2 gloo ranks for FSDP, FSDP2 and a DeepSpeed ZeRO-3 Trainer
+(tests/engine/test_integrations_fsdp.py): byte-equal to a one-process run of the saved model.
 """
 
 from __future__ import annotations
@@ -77,13 +80,18 @@ def full_state_dict(model: Any) -> dict[str, Any]:
     """The whole model's tensors on rank 0's CPU (empty on the other ranks). A collective:
     every rank calls it. Used to check a saved checkpoint against the evaluated weights."""
     kind = sharding(model)
-    if kind == "zero3":
-        import deepspeed  # noqa: F401 - only where ZeRO-3 trains, so it is installed
+    if kind == "zero3":  # one parameter gathered at a time: never the whole model on every rank
+        import deepspeed  # only where ZeRO-3 trains, so it is installed
 
-        params = list(model.parameters())
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-            state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
-        return state if _rank() == 0 else {}
+        first = _rank() == 0
+        state = {}
+        for name, p in model.named_parameters():
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                if first:
+                    state[name] = p.detach().to("cpu").clone()
+        if first:
+            state.update((n, b.detach().to("cpu").clone()) for n, b in model.named_buffers())
+        return state
     if kind == "fsdp":  # FSDP's own full state dict: rank 0 only, moved to its CPU unless it is there already
         from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
 

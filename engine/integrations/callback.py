@@ -111,18 +111,27 @@ class EvaldagCallback(TrainerCallback):
             self.evaluation.root = Path(args.output_dir) / "evaldag"
         self.tokenizer = find_tokenizer(model, self.tokenizer)
         self._group = job_group()
-        self._sharded = lockstep.sharding(model) if self._group is not None else None
         rank = self._group.rank if self._group is not None else 0
         self._folder = model_folder(model, self.tokenizer, self.evaluation.root, "model" if rank == 0 else f".model-rank{rank}")
         self.evaluation.check(self._folder)
-        if self._sharded:  # e.g. a gradient metric: refused now, not at every evaluation
+        self._note_sharding(model)
+
+    def _note_sharding(self, model: Any) -> None:
+        """Whether the weights are split over the ranks now: the Trainer shards (FSDP, ZeRO-3)
+        inside ``train()``, after ``attach``, so this is asked again at ``on_train_begin`` and at
+        each evaluation. A metric sharded weights cannot serve is refused once, in one line."""
+        kind = lockstep.sharding(model) if self._group is not None else None
+        if kind and kind != self._sharded:
+            self._sharded = kind
             self.evaluation.check_serves(self._folder, self._resource(model, "in-memory", "unhashed"))
+        self._sharded = kind
 
     # -- the Trainer's events
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None, **kw: Any):
         if self.tokenizer is None:
             self.tokenizer = processing_class or kw.get("tokenizer")
         self._prepare(args, model)
+        self._note_sharding(model)  # the Trainer has wrapped the model by now
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
@@ -144,6 +153,7 @@ class EvaldagCallback(TrainerCallback):
         """Evaluate ``model`` as it is now as step ``step``; returns (and logs) the headline numbers."""
         if self._folder is None:
             raise ValueError("EvaldagCallback: not prepared; call attach(trainer) or let the Trainer start")
+        self._note_sharding(model)
         digest = lockstep.weights_digest(model, self._group) if self._sharded else None
         resource = self._resource(model, f"in-memory@step-{step}", digest)
         was_training = model.training

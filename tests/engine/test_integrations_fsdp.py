@@ -1,7 +1,7 @@
-"""EvaldagCallback on weights sharded over 2 gloo ranks (FSDP and FSDP2 on CPU): every rank takes
-part in every forward pass (distributed/lockstep.py), the numbers equal cold CLI runs on the
-saved checkpoints bit for bit, the saved checkpoints are then found cached, and a metric a
-sharded model cannot serve is refused before training in one line."""
+"""EvaldagCallback on weights sharded over 2 gloo ranks (FSDP and FSDP2 on CPU, and a DeepSpeed
+ZeRO-3 Trainer): every rank takes part in every forward pass (distributed/lockstep.py), the
+numbers equal cold CLI runs on the saved checkpoints bit for bit, the saved checkpoints are then
+found cached, and a metric a sharded model cannot serve is refused before training in one line."""
 
 import json
 import os
@@ -31,7 +31,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path) -> tuple[list[int], list[dict], list[str]]:
+def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "fsdp_worker.py") -> tuple[list[int], list[dict], list[str]]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "WORLD_SIZE": "2",
            "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120", "HF_HUB_OFFLINE": "1"}
     logs = [(tmp / f"out{r}.txt", tmp / f"err{r}.txt") for r in (0, 1)]  # files: a full pipe would block a rank
@@ -39,7 +39,7 @@ def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path) -> tuple[list[in
     for r, (out, err) in enumerate(logs):
         with open(out, "w") as o, open(err, "w") as e:
             procs.append(subprocess.Popen(
-                [sys.executable, str(TESTS / "fsdp_worker.py"), str(tmp / "out"), str(cache), kind, metrics],
+                [sys.executable, str(TESTS / script), str(tmp / "out"), str(cache), kind, metrics],
                 env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=o, stderr=e))
     try:
         codes = [p.wait(timeout=300) for p in procs]
@@ -99,3 +99,30 @@ def test_a_metric_sharded_weights_cannot_serve_is_refused_before_training(tmp_pa
         "statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary log-prob "
         "statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
     assert not (tmp_path / "out" / "evaldag" / "step-1").exists()
+
+
+def test_a_deepspeed_zero3_trainer_is_evaluated_in_step_and_equals_its_saved_checkpoints(tmp_path):
+    """A real Trainer with a ZeRO stage-3 config (every parameter partitioned) on 2 CPU ranks."""
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("deepspeed missing in CI (.ci/run installs it for this test)", pytrace=False)
+        pytest.skip("deepspeed not installed (pip install deepspeed): a training job's package, not evaldag's")
+    codes, lines, errs = _two_ranks(tmp_path, "-", "-", tmp_path / "cache", script="zero3_trainer.py")
+    assert codes == [0, 0], [e[-3000:] for e in errs]
+    assert [(x["sharded"], x["partitioned"], x["engine"]) for x in lines] == [("zero3", True, "DeepSpeedEngine")] * 2
+    assert lines[0]["history"] == lines[1]["history"] and lines[0]["fingerprint"] == lines[1]["fingerprint"]
+    hist = lines[0]["history"]
+    assert [(h["step"], h["exit"]) for h in hist] == [(2, 0), (4, 0)]
+    assert hist[0]["summary"]["forget_Q_A_Prob"] > hist[1]["summary"]["forget_Q_A_Prob"]
+    out = tmp_path / "out"
+    ranks = json.loads((out / "evaldag" / "step-2" / "run.json").read_text())["executor"]["by_rank"]
+    assert sum(r["filler_passes"] for r in ranks.values()) > 0
+    cold = tmp_path / "cold"  # the retain model was loaded whole inside the ZeRO-3 job: same numbers as here
+    assert cli.main([*ARGS, "--model", str(out / "checkpoint-4"), "--cache-dir", str(tmp_path / "c"), "--out", str(cold)]) == 0
+    assert (cold / "TOFU_EVAL.json").read_bytes() == (out / "evaldag" / "step-4" / "TOFU_EVAL.json").read_bytes()
+    warm = tmp_path / "warm"
+    assert cli.main([*ARGS, "--model", str(out / "checkpoint-2"), "--cache-dir", str(tmp_path / "cache"), "--out", str(warm)]) == 0
+    assert json.loads((warm / "run.json").read_text())["executor"]["sequences_forwarded"] == 0
+    assert (warm / "TOFU_EVAL.json").read_bytes() == (out / "evaldag" / "step-2" / "TOFU_EVAL.json").read_bytes()
