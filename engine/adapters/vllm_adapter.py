@@ -58,6 +58,10 @@ class VLLMAdapter(ModelAdapter):
         return CAPABILITIES
 
     def group_budget(self, kind: str, budget: Budget) -> Budget:
+        if kind == "token_stats" and vllm_engine.torchrun_world() > 1:
+            # under torchrun whole batches are dealt to the ranks: one batch per stage would leave
+            # every rank but one idle, so token statistics keep the executor's batches there
+            return budget
         return Budget(max(budget.tokens, ENGINE_GROUP.tokens), max(budget.max_batch, ENGINE_GROUP.max_batch))
 
     def tokens_used(self) -> tuple[int, int] | None:

@@ -77,6 +77,8 @@ def test_two_ranks_each_serve_their_share_with_their_own_engine(runs):
     assert two["world_size"] == 2
     shares = [two["by_rank"][r]["sequences_forwarded"] for r in ("0", "1")]
     assert min(shares) > 0, two["by_rank"]  # both ranks' engines forwarded rows
+    # token statistics too: in batches of the executor's budget, not one batch per stage on one rank
+    assert min(two["by_rank"][r]["batches"] for r in ("0", "1")) > 1 and min(shares) > 0.4 * max(shares), two["by_rank"]
     assert sum(shares) == one["sequences_forwarded"] == two["sequences_forwarded"]
 
 
