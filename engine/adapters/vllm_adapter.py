@@ -67,6 +67,11 @@ class VLLMAdapter(ModelAdapter):
     def tokens_used(self) -> tuple[int, int] | None:
         return self._tokens
 
+    def before_group(self, kind: str) -> None:
+        """The engine back, if another model's took its place: here every rank starts it
+        together (under torchrun its start waits for all ranks), not at a rank's first batch."""
+        self._llm()
+
     def run_batch(self, requests: Sequence[Request]) -> list[Any]:
         if not requests:
             return []

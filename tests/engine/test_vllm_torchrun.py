@@ -1,11 +1,12 @@
 """``vllm:DIR`` under torchrun: every rank its own engine (vLLM's ``external_launcher``) serving its share.
 
 The vLLM side runs in ``$EVALDAG_VLLM_PYTHON`` (tests/engine/test_vllm_backend.py says why):
-one ``torchrun --nproc-per-node 2`` run of ``evaldag run tofu --model vllm:DIR`` and, at the
-same time, the same run in one process; the tests compare the two byte for byte and with
-``hf:`` in this venv. Without that venv they skip locally and fail under ``CI=true``. A hang
-(what vLLM's own data parallelism did: every engine step is an all-reduce over the ranks, so
-a rank's lone ``generate`` call waited for the other's forever) fails at the time limit.
+``evaldag run tofu --model vllm:DIR`` on two torchrun ranks (tests/vllm_torchrun_driver.py,
+which then switches engines in the same processes) and, at the same time, the same run in
+one process; the tests compare the two byte for byte and with ``hf:`` in this venv. Without
+that venv they skip locally and fail under ``CI=true``. A hang (what vLLM's own data
+parallelism did: every engine step is an all-reduce over the ranks, so a rank's lone
+``generate`` call waited for the other's forever) fails at the time limit.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from evaldag.engine.adapters import vllm_engine, vllm_model
+from evaldag.engine.requests import TokenStats
 
-from ..servers import START_TIMEOUT, TOFU_TINY
+from ..servers import REPO, START_TIMEOUT, TOFU_TINY, build_tiny_llama
 from .test_vllm_backend import vllm_python
 
 TOKEN_METRICS = ("forget_Q_A_Prob", "forget_truth_ratio")
@@ -41,7 +43,8 @@ def _start(cmd: list[str], err: Path, env: dict) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def runs(server_model, tmp_path_factory):
-    """(model folder, work folder, {name: (exit code, stderr)}) for ``two`` (torchrun) and ``one``."""
+    """(model folder, work folder, {name: (exit code, stderr)}): ``two`` (tests/vllm_torchrun_driver.py
+    under torchrun: the run, then the engine switch) and ``one`` (the run in one process), side by side."""
     py = vllm_python()
     mdir = Path(server_model[0])
     work = tmp_path_factory.mktemp("vllm-torchrun")
@@ -50,8 +53,10 @@ def runs(server_model, tmp_path_factory):
     env.pop("CI", None)  # the runs' own behaviour is not the test session's
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    procs = {"two": _start([str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m",
-                            "evaldag.engine.cli", *_args(mdir, work / "two")], work / "two.err", env),
+    other = build_tiny_llama(work / "other", weights_seed=1)[0]  # same tokenizer, other weights
+    procs = {"two": _start([str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                            str(REPO / "tests" / "vllm_torchrun_driver.py"), str(other), str(work / "two"),
+                            *_args(mdir, work / "two")], work / "two.err", env),
              "one": _start([str(py), "-m", "evaldag.engine.cli", *_args(mdir, work / "one")], work / "one.err", env)}
     done = {}
     for name, p in procs.items():
@@ -109,6 +114,21 @@ def test_two_ranks_equal_hf_within_1e_4(runs, tmp_path):
     assert len({round(float(want[m]), 6) for m in (*TOKEN_METRICS, "forget_Q_A_ROUGE")}) == 3
 
 
+def test_an_engine_shut_down_for_another_model_restarts_on_every_rank_together(runs):
+    """A, B, then one request of A's (one rank's share): both ranks start A's engine again, at
+    the group, before the share is dealt. It used to start only on the rank with the batch,
+    inside it, and wait there for the other rank, which waited in the exchange (a hang)."""
+    _, work, done = runs
+    code, err = done["two"]
+    assert code == 0, err[-3000:]
+    ranks = [json.loads((work / f"two.{r}.json").read_text()) for r in (0, 1)]
+    assert [(g["engine_starts_cli"], g["engine_starts"]) for g in ranks] == [(1, 3), (1, 3)]  # A, B, A again
+    assert len(ranks[0]["a_again"]) == 1 and ranks[0]["a_again"] == ranks[1]["a_again"]
+    assert ranks[0]["a"] != ranks[0]["b"]  # two models
+    shares = sorted(ranks[0]["by_rank"][r]["sequences_forwarded"] for r in ("0", "1"))
+    assert shares == [6, 7], shares  # A's 6 rows in one batch, B's 6 in one, A's 1: the rank without it idle
+
+
 def test_engine_options_under_torchrun_are_one_independent_engine_per_rank(monkeypatch):
     """external_launcher and no data_parallel_size: vLLM's DP would lock the ranks' generate calls together."""
     opts = vllm_engine.EngineOptions(model="/m", tokenizer="/m", dtype="fp32")
@@ -129,3 +149,49 @@ def test_tensor_parallel_under_torchrun_is_one_line(server_model, monkeypatch):
                             "(vLLM then starts its tensor-parallel workers itself)")
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert vllm_model.VLLMModel(str(mdir), dtype="fp32", tensor_parallel_size=2).tensor_parallel_size == 2
+
+
+def test_executor_asks_the_adapter_before_each_group_also_without_a_share():
+    """The hook the engine restart hangs on: called per (model, kind) group before packing, on a
+    process whose share of the group is empty too (a rank with nothing to run)."""
+    from evaldag.engine.adapters.toy import ToyAdapter, ToyModel
+    from evaldag.engine.executor import Executor
+    from evaldag.engine.requests import Generate, GenerationSettings
+
+    calls = []
+
+    class Adapter(ToyAdapter):
+        def before_group(self, kind):
+            calls.append(("before", kind))
+
+        def run_batch(self, requests):
+            calls.append(("run", requests[0].kind))
+            return super().run_batch(requests)
+
+    class Model(ToyModel):
+        def load(self):
+            return Adapter(self.seed, self.sharpness)
+
+    class NoShare(Executor):
+        def _share(self, batches, length):
+            return []
+
+    model = Model()
+    work = [(model, TokenStats((1, 2), (3,))), (model, Generate((1, 2), GenerationSettings(max_new_tokens=2)))]
+    Executor().serve(work)
+    assert calls == [("before", "token_stats"), ("run", "token_stats"), ("before", "generate"), ("run", "generate")]
+    calls.clear()
+    ex = NoShare()  # what ShardedExecutor's rank without a share runs: the group, none of its batches
+    for m, r in work:
+        assert ex._compute(m, m.fingerprint(), r.kind, [(r.key(), r)], ex.stats.by_kind[r.kind]) == {}
+    assert calls == [("before", "token_stats"), ("before", "generate")]
+
+
+def test_vllm_adapter_takes_its_engine_back_before_a_group():
+    from evaldag.engine.adapters.vllm_adapter import VLLMAdapter
+
+    started = []
+    adapter = VLLMAdapter(lambda: started.append(1), encoder=None, eos_ids=[2], max_model_len=512, device="cpu",
+                          dtype="fp32", label="vllm:/m")
+    adapter.before_group("token_stats")
+    assert started == [1]
