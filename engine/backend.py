@@ -160,6 +160,13 @@ class ModelAdapter:
         """(real, padded) tokens of the last batch, when the adapter counted them."""
         return None
 
+    def before_group(self, kind: str) -> None:
+        """Called before the executor packs one (model, kind) group, in every process of the run:
+        under torchrun on every rank together, a rank without a share of the group included.
+        An adapter that may have let its model go for another (a vLLM engine, one per process)
+        takes it back here: an engine start has collectives of its own, so it cannot wait for
+        a batch that only some ranks run."""
+
 
 class OutOfMemory(RuntimeError):
     """A batch did not fit on the device; the executor halves the batch and retries."""

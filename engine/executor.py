@@ -215,6 +215,7 @@ class Executor:
 
     def _compute_checked(self, model: Any, fp: str, kind: str, items: list[tuple[str, Request]], st: KindStats) -> dict:
         adapter = self.adapter(model, fp)
+        adapter.before_group(kind)  # on every rank, before its share is known
         length = _length
         if self.deterministic:
             items = sorted(items, key=lambda x: x[0])  # a fixed order, whatever order they were asked in

@@ -58,10 +58,19 @@ class VLLMAdapter(ModelAdapter):
         return CAPABILITIES
 
     def group_budget(self, kind: str, budget: Budget) -> Budget:
+        if kind == "token_stats" and vllm_engine.torchrun_world() > 1:
+            # under torchrun whole batches are dealt to the ranks: one batch per stage would leave
+            # every rank but one idle, so token statistics keep the executor's batches there
+            return budget
         return Budget(max(budget.tokens, ENGINE_GROUP.tokens), max(budget.max_batch, ENGINE_GROUP.max_batch))
 
     def tokens_used(self) -> tuple[int, int] | None:
         return self._tokens
+
+    def before_group(self, kind: str) -> None:
+        """The engine back, if another model's took its place: here every rank starts it
+        together (under torchrun its start waits for all ranks), not at a rank's first batch."""
+        self._llm()
 
     def run_batch(self, requests: Sequence[Request]) -> list[Any]:
         if not requests:

@@ -21,6 +21,7 @@ vLLM is imported inside functions only: importing this module is free.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import re
@@ -84,10 +85,13 @@ class EngineOptions:
             kw["max_model_len"] = self.max_model_len
         if self.gpu_memory_utilization is not None:
             kw["gpu_memory_utilization"] = self.gpu_memory_utilization
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            # torchrun: every rank is its own engine on its own device, launched by torchrun (not spawned by vLLM)
+        if torchrun_world() > 1:
+            # torchrun: every rank its own engine on its own device (LOCAL_RANK), in this process, joined
+            # to the job's process group (evaldag's; vLLM reuses an initialised one). No data_parallel_size:
+            # vLLM's own DP makes every engine step an all-reduce over the ranks, so each generate call
+            # must be matched by one on every other rank (measured: a rank's extra call pairs with the
+            # other's next one, and the job hangs). With DP 1 each rank's engine runs on its own shard.
             kw["distributed_executor_backend"] = "external_launcher"
-            kw["data_parallel_size"] = max(1, int(os.environ["WORLD_SIZE"]) // self.tensor_parallel_size)
         return kw
 
 
@@ -129,7 +133,20 @@ def engine(options: EngineOptions) -> Any:
         raise _start_error(options, e, log) from None
     START_SECONDS.append(time.perf_counter() - t0)
     _LIVE = Live(options, llm, log, before)
+    if "distributed_executor_backend" in options.kwargs():
+        # vLLM's own finaliser would shut the in-process engine down at exit, after the job's group
+        # closed, and fail on its groups: this runs first (atexit is last-in, first-out)
+        atexit.unregister(free)
+        atexit.register(free)
     return llm
+
+
+def torchrun_world() -> int:
+    """How many ranks torchrun started (1 outside torchrun): above 1 every rank runs its own engine."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
 
 
 def lora_on() -> bool:
@@ -150,13 +167,14 @@ def free() -> None:
         return
     live, _LIVE = _LIVE, None
     core = getattr(getattr(live.llm, "llm_engine", None), "engine_core", None)
-    try:
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
-    finally:
-        del live.llm
-        gc.collect()
-        _destroy_parallel_state()
+    with _job_group_kept(live.options):
+        try:
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+        finally:
+            del live.llm
+            gc.collect()
+            _destroy_parallel_state()
     _wait_memory_back(live)
 
 
@@ -237,12 +255,49 @@ def _gpu_free_bytes() -> int | None:
 
 def _destroy_parallel_state() -> None:
     try:
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        from vllm.distributed import parallel_state
 
-        destroy_model_parallel()
-        destroy_distributed_environment()
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
     except Exception:  # noqa: BLE001 - nothing was initialised in this process (the engine ran in its child)
         pass
+
+
+@contextmanager
+def _job_group_kept(options: EngineOptions) -> Iterator[None]:
+    """Under torchrun the engine core runs in this process, and its shutdown (vLLM's
+    ``cleanup_dist_env_and_memory``, also run by its finaliser) ends with
+    ``torch.distributed.destroy_process_group()``: the job's own group, which the ranks still
+    need to exchange results. While it shuts down, vLLM's teardown forgets only vLLM's own
+    groups (and only forgets them, destroying nothing, once the job's group has closed and
+    taken them along: at exit); the next engine builds them again over the same job group."""
+    if "distributed_executor_backend" not in options.kwargs():
+        yield
+        return
+    import torch.distributed as dist
+    from vllm.distributed import parallel_state as ps
+
+    real = ps.destroy_model_parallel, ps.destroy_distributed_environment
+
+    def forget_all() -> None:
+        for name, value in list(vars(ps).items()):
+            if isinstance(value, ps.GroupCoordinator):
+                setattr(ps, name, None)
+        ps._NODE_COUNT = None
+
+    def model_parallel() -> None:
+        real[0]() if dist.is_initialized() else forget_all()
+
+    def world_only() -> None:
+        if ps._WORLD is not None and dist.is_initialized():
+            ps._WORLD.destroy()
+        forget_all()
+
+    ps.destroy_model_parallel, ps.destroy_distributed_environment = model_parallel, world_only
+    try:
+        yield
+    finally:
+        ps.destroy_model_parallel, ps.destroy_distributed_environment = real
 
 
 def _engine_children() -> list[int]:

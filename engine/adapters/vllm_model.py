@@ -82,6 +82,11 @@ class VLLMModel(ModelResource):
         self.max_model_len = max_model_len or _int(self.config.get("max_position_embeddings"))
         self.gpu_memory_utilization = gpu_memory_utilization
         self.tensor_parallel_size = int(tensor_parallel_size or 1)
+        if self.tensor_parallel_size > 1 and vllm_engine.torchrun_world() > 1:
+            # evaldag deals each rank its own requests; vLLM's tensor-parallel peers would need the same ones
+            raise VLLMSpecError(f"{flag} {self.spec}: --tensor-parallel-size {self.tensor_parallel_size} under torchrun: "
+                                "each rank serves its own share with its own engine on its own device; use 1 there, "
+                                "or run without torchrun (vLLM then starts its tensor-parallel workers itself)")
         self.enforce_eager = bool(enforce_eager)
         self._fp: str | None = None
         self._encoder: HFEncoder | None = None  # with --tokenizer only; else the folder's, through self.hf
