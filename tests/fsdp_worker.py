@@ -7,7 +7,9 @@ the evaluation's cost), 3 steps of gradient ascent on the
 forget set (the Trainer does not shard on CPU, so the loop is written out), an evaluation
 by ``EvaldagCallback`` after each step, and after each step the whole model saved to
 ``OUT/checkpoint-N`` by rank 0 (gathered, as the Trainer saves a FULL_STATE_DICT) and
-``on_save`` called on every rank. Prints one JSON line: the history, each evaluation's seconds and the job group's state.
+``on_save`` called on every rank. With ``fsdp2`` a second callback asking for a gradient metric is started too, which must be
+refused. Prints one JSON line: the history, each evaluation's seconds, the refusal and the job
+group's state.
 """
 
 from __future__ import annotations
@@ -62,11 +64,7 @@ def main() -> None:
                          **{**OPTIONS, "metrics": metrics})
     args = SimpleNamespace(output_dir=str(out))
     control = SimpleNamespace(should_training_stop=False)
-    try:
-        cb.on_train_begin(args, SimpleNamespace(global_step=0), control, model=model)
-    except ValueError as e:  # refused before training: the one line, for the test
-        print(json.dumps({"rank": rank, "refused": str(e)}))
-        return
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), control, model=model)
     seconds = []  # each evaluation's wall time on this rank
     for step in (1, 2, 3):
         trained.train()
@@ -86,9 +84,17 @@ def main() -> None:
             tok.save_pretrained(str(out / f"checkpoint-{step}"))
         dist.barrier()
         cb.on_save(args, state, control, model=model)
+    refused = None
+    if kind == "fsdp2":  # a metric sharded weights cannot serve: refused when the callback starts, in one line
+        bad = EvaldagCallback("tofu", every_n_steps=1, tokenizer=tok, output_dir=str(out / "bad"), cache_dir=cache,
+                              **{**OPTIONS, "metrics": ["forget_Q_A_Prob", "mia_gradnorm"]})
+        try:
+            bad.on_train_begin(args, SimpleNamespace(global_step=0), control, model=model)
+        except ValueError as e:
+            refused = str(e)
     t = torch.tensor([1.0])
     dist.all_reduce(t)  # the job's group outlived every evaluation
-    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), "seconds": seconds, 
+    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), "seconds": seconds, "refused": refused, 
                       "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
                       "fingerprint": cb._last[1]}))
     dist.destroy_process_group()

@@ -69,6 +69,13 @@ def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(k
     probs = [h["summary"]["forget_Q_A_Prob"] for h in hist]
     assert probs[0] > probs[1] > probs[2]  # gradient ascent: each step evaluated on that step's weights
 
+    if kind == "fsdp2":  # a metric sharded weights cannot serve: refused when the callback starts
+        assert lines[0]["refused"] == lines[1]["refused"] == (
+            "EvaldagCallback: grad_norms needs gradients; hf:in-memory (fsdp2: weights sharded over 2 ranks) gives "
+            "token statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary "
+            "log-prob statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
+        assert not list((tmp_path / "out" / "bad" / "evaldag").glob("step-*"))  # nothing evaluated
+
     out = tmp_path / "out"
     run = json.loads((out / "evaldag" / "step-1" / "run.json").read_text())
     ranks = run["executor"]["by_rank"]
@@ -88,17 +95,6 @@ def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(k
     ex = json.loads((warm / "run.json").read_text())["executor"]
     assert ex["sequences_forwarded"] == 0 and ex["models_loaded"] == []
     assert json.loads((warm / "TOFU_SUMMARY.json").read_text())["forget_Q_A_Prob"] == probs[1]
-
-
-def test_a_metric_sharded_weights_cannot_serve_is_refused_before_training(tmp_path):
-    codes, lines, errs = _two_ranks(tmp_path, "fsdp2", "forget_Q_A_Prob,mia_gradnorm", tmp_path / "cache")
-    assert codes == [0, 0], [e[-3000:] for e in errs]
-    assert lines[0]["refused"] == lines[1]["refused"]
-    assert lines[0]["refused"] == (
-        "EvaldagCallback: grad_norms needs gradients; hf:in-memory (fsdp2: weights sharded over 2 ranks) gives token "
-        "statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary log-prob "
-        "statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
-    assert not (tmp_path / "out" / "evaldag" / "step-1").exists()
 
 
 def test_a_deepspeed_zero3_trainer_is_evaluated_in_step_and_equals_its_saved_checkpoints(tmp_path):
