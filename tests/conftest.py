@@ -8,6 +8,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import atexit  # noqa: E402
+import importlib.util  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
@@ -37,3 +38,22 @@ def cache_dir(tmp_path, monkeypatch):
 # The real-server fixtures (vLLM, transformers serve, their model), defined once here so that
 # a session starts each server once for every test module that uses it.
 from tests.servers import serve_server, server_model, vllm_server  # noqa: E402,F401
+
+
+# Under `pytest -n N --dist loadfile` (the README's command) each worker starts the session
+# servers its modules need: the three modules that talk to the vLLM server go to one worker
+# together, so that server starts once per run (50-70 s of CPU here), not once per worker.
+_ONE_WORKER = {f"tests/engine/test_openai_{name}.py": "vllm-server" for name in ("cli", "fidelity", "vllm")}
+
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getoption("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class SharedServers(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                scope = super()._split_scope(nodeid)
+                return _ONE_WORKER.get(scope, scope)
+
+        return SharedServers(config, log)
