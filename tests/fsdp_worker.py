@@ -1,15 +1,15 @@
 """One rank of a 2-rank job whose weights are sharded (FSDP or FSDP2), for test_integrations_fsdp.py.
 
-``python tests/fsdp_worker.py OUT CACHE KIND METRICS`` with RANK/WORLD_SIZE/MASTER_* set:
-the tiny Llama target wrapped by KIND (``fsdp``: FullyShardedDataParallel per decoder layer
-and at the root; ``fsdp2``: ``fully_shard`` likewise; ``ddp``: replicated, for comparing
-the evaluation's cost), 3 steps of gradient ascent on the
-forget set (the Trainer does not shard on CPU, so the loop is written out), an evaluation
-by ``EvaldagCallback`` after each step, and after each step the whole model saved to
-``OUT/checkpoint-N`` by rank 0 (gathered, as the Trainer saves a FULL_STATE_DICT) and
-``on_save`` called on every rank. With ``fsdp2`` a second callback asking for a gradient metric is started too, which must be
-refused. Prints one JSON line: the history, each evaluation's seconds, the refusal and the job
-group's state.
+``python tests/fsdp_worker.py OUT CACHE KIND[,KIND...] METRICS`` with RANK/WORLD_SIZE/MASTER_*
+set: for each KIND in turn (one job, one start-up), the tiny Llama target wrapped by KIND
+(``fsdp``: FullyShardedDataParallel per decoder layer and at the root; ``fsdp2``:
+``fully_shard`` likewise; ``ddp``: replicated, for comparing the evaluation's cost), 3 steps of
+gradient ascent on the forget set (the Trainer does not shard on CPU, so the loop is written
+out), an evaluation by ``EvaldagCallback`` after each step, and after each step the whole model
+saved to ``OUT/KIND/checkpoint-N`` by rank 0 (gathered, as the Trainer saves a FULL_STATE_DICT)
+and ``on_save`` called on every rank. With ``fsdp2`` a second callback asking for a gradient
+metric is started too, which must be refused. Prints one JSON line: per KIND the history, each
+evaluation's seconds and the refusal; and the job group's state.
 """
 
 from __future__ import annotations
@@ -46,16 +46,29 @@ def wrap(model, kind: str):
 def main() -> None:
     import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    out, cache, kinds, metrics = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4].split(",")
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tok = AutoTokenizer.from_pretrained(str(TINY / "target"))
+    done = {kind: one(kind, out / kind, cache, metrics, tok, rank) for kind in kinds}  # in one job: one start-up
+    t = torch.tensor([1.0])
+    dist.all_reduce(t)  # the job's group outlived every evaluation
+    print(json.dumps({"rank": rank, "sum": t.item(), "kinds": done}))
+    dist.destroy_process_group()
+
+
+def one(kind: str, out: Path, cache: str, metrics: list[str], tok, rank: int) -> dict:
+    """Train the tiny target 3 steps wrapped by ``kind``, evaluated and saved at each."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
 
     from evaldag.engine.distributed import lockstep
     from evaldag.engine.integrations import EvaldagCallback
 
-    out, cache, kind, metrics = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split(",")
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
     torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(TINY / "target"))
     trained = wrap(AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32), kind)
     model = trained.module if kind == "ddp" else trained
     opt = torch.optim.SGD(trained.parameters(), lr=3e-3)
@@ -92,12 +105,8 @@ def main() -> None:
             bad.on_train_begin(args, SimpleNamespace(global_step=0), control, model=model)
         except ValueError as e:
             refused = str(e)
-    t = torch.tensor([1.0])
-    dist.all_reduce(t)  # the job's group outlived every evaluation
-    print(json.dumps({"rank": rank, "sharded": cb._sharded, "sum": t.item(), "seconds": seconds, "refused": refused, 
-                      "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
-                      "fingerprint": cb._last[1]}))
-    dist.destroy_process_group()
+    return {"sharded": cb._sharded, "seconds": seconds, "refused": refused, "fingerprint": cb._last[1],
+            "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history]}
 
 
 if __name__ == "__main__":

@@ -53,45 +53,52 @@ def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "f
 
 
 @pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("fsdp-cache")  # the retain model's side computed once for both kinds
-
-
-@pytest.mark.parametrize("kind", ["fsdp", "fsdp2"])
-def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(kind, tmp_path, shared_cache):
-    codes, lines, errs = _two_ranks(tmp_path, kind, METRICS, shared_cache)
+def sharded_job(tmp_path_factory):
+    """One 2-rank job training FSDP2 then FSDP (each 3 steps, evaluated and saved at each)."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    codes, lines, errs = _two_ranks(tmp, "fsdp2,fsdp", METRICS, tmp / "cache")
     assert codes == [0, 0], [e[-3000:] for e in errs]
-    assert [x["sharded"] for x in lines] == [kind, kind]
-    assert [x["sum"] for x in lines] == [2.0, 2.0]  # the training job's group is still up
-    assert lines[0]["history"] == lines[1]["history"] and lines[0]["fingerprint"] == lines[1]["fingerprint"]
-    hist = lines[0]["history"]
+    assert [x["sum"] for x in lines] == [2.0, 2.0]  # the training job's group is still up after both
+    return tmp, lines
+
+
+@pytest.mark.parametrize("kind", ["fsdp2", "fsdp"])
+def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(kind, sharded_job, tmp_path):
+    job, lines = sharded_job
+    ranks = [x["kinds"][kind] for x in lines]
+    assert [r["sharded"] for r in ranks] == [kind, kind]
+    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["fingerprint"] == ranks[1]["fingerprint"]
+    hist = ranks[0]["history"]
     assert [h["step"] for h in hist] == [1, 2, 3] and all(h["exit"] == 0 for h in hist)
     probs = [h["summary"]["forget_Q_A_Prob"] for h in hist]
     assert probs[0] > probs[1] > probs[2]  # gradient ascent: each step evaluated on that step's weights
-
     if kind == "fsdp2":  # a metric sharded weights cannot serve: refused when the callback starts
-        assert lines[0]["refused"] == lines[1]["refused"] == (
+        assert ranks[0]["refused"] == ranks[1]["refused"] == (
             "EvaldagCallback: grad_norms needs gradients; hf:in-memory (fsdp2: weights sharded over 2 ranks) gives "
             "token statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary "
             "log-prob statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
-        assert not list((tmp_path / "out" / "bad" / "evaldag").glob("step-*"))  # nothing evaluated
+        assert not list((job / "out" / kind / "bad" / "evaldag").glob("step-*"))  # nothing evaluated
 
-    out = tmp_path / "out"
+    out = job / "out" / kind
     run = json.loads((out / "evaldag" / "step-1" / "run.json").read_text())
-    ranks = run["executor"]["by_rank"]
-    assert run["executor"]["world_size"] == 2 and all(r["batches"] > 0 for r in ranks.values())
+    by_rank = run["executor"]["by_rank"]
+    assert run["executor"]["world_size"] == 2 and all(r["batches"] > 0 for r in by_rank.values())
     # the ranks had unequal shares; the one that finished first answered the other's passes
-    assert sum(r["filler_passes"] for r in ranks.values()) > 0
+    assert sum(r["filler_passes"] for r in by_rank.values()) > 0
 
-    for step in (1, 3) if kind == "fsdp2" else (3,):  # a cold one-process CLI run on the saved whole model: bit for bit
-        cold = tmp_path / f"cold{step}"
-        assert cli.main([*ARGS, "--model", str(out / f"checkpoint-{step}"), "--cache-dir", str(tmp_path / "c"),
-                         "--out", str(cold)]) == 0
-        assert (cold / "TOFU_EVAL.json").read_bytes() == (out / "evaldag" / f"step-{step}" / "TOFU_EVAL.json").read_bytes()
+    for step in (1, 3):  # a cold one-process CLI run on the saved whole model: the same numbers, bit for bit
+        mine = out / "evaldag" / f"step-{step}" / "TOFU_EVAL.json"
+        if kind == "fsdp2":
+            cold = tmp_path / f"cold{step}"
+            assert cli.main([*ARGS, "--model", str(out / f"checkpoint-{step}"), "--cache-dir", str(tmp_path / "c"),
+                             "--out", str(cold)]) == 0
+            assert (cold / "TOFU_EVAL.json").read_bytes() == mine.read_bytes()
+        else:  # FSDP trained the same steps: its evaluations are FSDP2's, and so the cold runs', bit for bit
+            assert mine.read_bytes() == (job / "out" / "fsdp2" / "evaldag" / f"step-{step}" / "TOFU_EVAL.json").read_bytes()
 
     # the callback recorded each saved folder as the weights it evaluated: a CLI run there is all cached
     warm = tmp_path / "warm"
-    assert cli.main([*ARGS, "--model", str(out / "checkpoint-2"), "--cache-dir", str(shared_cache), "--out", str(warm)]) == 0
+    assert cli.main([*ARGS, "--model", str(out / "checkpoint-2"), "--cache-dir", str(job / "cache"), "--out", str(warm)]) == 0
     ex = json.loads((warm / "run.json").read_text())["executor"]
     assert ex["sequences_forwarded"] == 0 and ex["models_loaded"] == []
     assert json.loads((warm / "TOFU_SUMMARY.json").read_text())["forget_Q_A_Prob"] == probs[1]
