@@ -99,9 +99,23 @@ def build_tiny_llama(out: Path, seed: int = 0, vocab: int = 1000, weights_seed: 
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below Linux's ephemeral range (32768-60999), for a rendezvous or a server.
+
+    A port the kernel hands out for ``bind(0)`` is an ephemeral one, and between our closing it
+    and the ranks binding it, any process's outgoing socket (gloo opens many, between the ranks
+    of every other distributed test running beside this one) may take it: a rank then cannot
+    join, or joins the wrong job. Below that range only another pick like this one can collide.
+    """
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 class RunningServer:

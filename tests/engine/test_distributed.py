@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+from ..servers import free_port
 import subprocess
 import sys
 import tempfile
@@ -36,9 +36,7 @@ LIMIT_S = 240  # a hung test fails instead of blocking the suite
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # below the ephemeral range: see tests/servers.py
 
 
 def _env(**extra: str) -> dict:

@@ -3,7 +3,7 @@ on the saved checkpoints (which then find everything cached), a 2-rank DDP run, 
 
 import json
 import os
-import socket
+from ..servers import free_port
 import subprocess
 import sys
 import time
@@ -165,9 +165,7 @@ def test_bad_options_fail_before_training_with_one_line(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # below the ephemeral range: see tests/servers.py
 
 
 def test_two_gloo_ranks_share_the_evaluation_and_keep_the_job_group(tmp_path):

@@ -5,7 +5,7 @@ found cached, and a metric a sharded model cannot serve is refused before traini
 
 import json
 import os
-import socket
+from ..servers import free_port
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +26,7 @@ ARGS = ["run", "tofu", "--data", str(TOFU), "--retain-model", str(TINY / "retain
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # below the ephemeral range: see tests/servers.py
 
 
 def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "fsdp_worker.py") -> tuple[list[int], list[dict], list[str]]:
