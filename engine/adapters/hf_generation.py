@@ -74,6 +74,15 @@ def lean_loop_fits(model: Any) -> bool:
     return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
 
 
+def forward_params(model: Any) -> set:
+    """The parameter names of the transformers model's own ``forward``: the first
+    PreTrainedModel inside ``model``, as wrappers (a PEFT model, FSDP) take ``**kwargs``."""
+    from transformers import PreTrainedModel
+
+    inner = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
+    return set(inspect.signature(inner.forward).parameters)
+
+
 def decode(tokenizer: Any, toks: Any) -> str:
     return tokenizer.decode(list(toks), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
@@ -92,7 +101,11 @@ class DecodeLoop:
 
         self.model, self.tokenizer, self.pad_id, self.masked_id = model, tokenizer, pad_id, masked_id
         self.slots, self.eos = max(1, slots), eos_ids(model)
-        self.keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        params = forward_params(model)
+        self.keep_arg = "logits_to_keep" in params
+        # transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (the old
+        # name warns on every call, then goes in 5.40); pass the name this version reads.
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
         self.tokens = (0, 0)
         self.no_grad = no_grad  # a context factory (HFAdapter.no_grad); None: torch.inference_mode
 
@@ -169,8 +182,8 @@ class DecodeLoop:
 
     def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any) -> Any:
         kw = {"logits_to_keep": 1} if self.keep_arg else {}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                         use_cache=True, **kw)
+        kw[self.cache_arg] = cache
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         return out.logits[:, -1, :].float()
 
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tofu_scale import FIX, SMALL, random_llama, write_data  # noqa: E402 - after sys.path
 
 from evaldag.engine.adapters.hf_adapter import STATS_CHUNK_ROWS, _stats_kernel  # noqa: E402
+from evaldag.engine.adapters.hf_generation import forward_params  # noqa: E402
 
 QUESTIONS_PER_BATCH = 8  # x 7 answers = 56 rows per answer forward
 
@@ -57,8 +58,9 @@ def shared_prefix_logprobs(adapter, groups):
     pos = (real.cumsum(-1) - 1).clamp(min=0)
     mask = real * (ids != masked).long() if masked is not None else real
     cache = DynamicCache(config=model.config)
+    arg = "cache" if "cache" in forward_params(model) else "past_key_values"  # renamed in transformers 5.24
     with torch.inference_mode():
-        first = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+        first = model(input_ids=ids, attention_mask=mask, position_ids=pos, **{arg: cache},
                       use_cache=True, logits_to_keep=1).logits[:, -1].float()
         rows = [(g, a) for g, (_, answers) in enumerate(groups) for a in answers]
         idx = torch.tensor([g for g, _ in rows])
@@ -75,7 +77,7 @@ def shared_prefix_logprobs(adapter, groups):
             amask = areal * (aid != masked).long() if masked is not None else areal
             apos = torch.tensor([len(ctx[g]) for g, _ in rows])[:, None] + torch.arange(wa)[None]
             logits = model(input_ids=aid, attention_mask=torch.cat([mask[idx], amask], 1), position_ids=apos,
-                           past_key_values=cache, use_cache=True).logits.float()
+                           **{arg: cache}, use_cache=True).logits.float()
         # the same per-token statistics as TokenStats (log p, argmax, mu, var), not log p alone
         scored = torch.cat([torch.cat([first[g][None], logits[r, : len(a) - 1]]) if wa > 0 else first[g][None]
                             for r, (g, a) in enumerate(rows)])
