@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from .. import ranks
 from ..servers import free_port
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,30 +45,15 @@ def _env(**extra: str) -> dict:
             "MASTER_ADDR": "127.0.0.1", **extra}
 
 
-def _start(cmd: list[str], **env: str) -> subprocess.Popen:
-    # output goes to files, not pipes: a rank blocked on a full pipe while we wait for
-    # another rank would hang the pair
-    err = tempfile.TemporaryFile()
-    p = subprocess.Popen(cmd, env=_env(**env), stdout=subprocess.DEVNULL, stderr=err)
-    p.err_file = err  # Popen's own .stderr is None when it writes to a file
-    return p
+def _run(cmds: list[list[str]], logs: Path, **env: str) -> list[tuple[int, str]]:
+    """Start the commands at once, wait for all: [(exit code, stderr)] (tests/ranks.py)."""
+    return [(d.code, d.err) for d in ranks.run({f"job{i}": c for i, c in enumerate(cmds)}, _env(**env), logs, LIMIT_S)]
 
 
-def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
-    codes = [p.wait(timeout=LIMIT_S) for p in procs]
-    return [(c, _read(p.err_file)) for c, p in zip(codes, procs)]
-
-
-def _read(f) -> str:
-    f.seek(0)
-    return f.read().decode(errors="replace")
-
-
-def _ranks(argvs: list[list[str]], port: int, **env: str) -> list[tuple[int, str]]:
+def _ranks(argvs: list[list[str]], port: int, logs: Path, **env: str) -> list[tuple[int, str]]:
     """Start one bare rank per argv (no torchrun agent) and wait for all of them."""
-    n = len(argvs)
-    return _finish([_start([sys.executable, str(WORKER), *a], RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),
-                           MASTER_PORT=str(port), **env) for r, a in enumerate(argvs)])
+    done = ranks.ranks([[sys.executable, str(WORKER), *a] for a in argvs], _env(MASTER_PORT=str(port), **env), logs, LIMIT_S)
+    return [(d.code, d.err) for d in done]
 
 
 def _executor(out: Path) -> dict:
@@ -130,10 +115,10 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     port, out, cache = _port(), tmp_path / "out", tmp_path / "cache"
     run = [*ARGS, "--out", str(out), "--cache-dir", str(cache)]
     # two torchrun "nodes" of one rank each, meeting at a c10d rendezvous on 127.0.0.1
-    nodes = [_start([str(BIN / "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test", "--local-addr", "127.0.0.1",
-                     "--no-python", str(BIN / "evaldag"), *run]) for _ in range(2)]
-    for code, err in _finish(nodes):
+    node = [str(BIN / "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test", "--local-addr", "127.0.0.1",
+            "--no-python", str(BIN / "evaldag"), *run]
+    for code, err in _run([node, node], tmp_path / "logs"):
         assert code == 0, err[-3000:]
     _same_outputs(out, one_process)
     ex, ref = _executor(out), _executor(one_process)
@@ -146,8 +131,8 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     # the same cache, one node of two ranks started by evaldag itself (it execs torchrun
     # --standalone: localhost), only rank 0 reading the cache and sending the cached nodes to
     # rank 1: nothing to forward on any rank, no model loaded
-    code, err = _finish([_start([str(BIN / "evaldag"), *run, "--out", str(tmp_path / "warm"),
-                                 "--launcher", "torchrun", "--nproc-per-node", "2"], EVALDAG_DIST_CACHE_READS="rank0")])[0]
+    (code, err), = _run([[str(BIN / "evaldag"), *run, "--out", str(tmp_path / "warm"), "--launcher", "torchrun",
+                          "--nproc-per-node", "2"]], tmp_path / "logs-warm", EVALDAG_DIST_CACHE_READS="rank0")
     assert code == 0, err[-3000:]
     assert "found in sys.modules" not in err  # issue 25 item 9: no runpy warning per rank
     warm = _executor(tmp_path / "warm")
@@ -161,7 +146,8 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
     out, cache = tmp_path / "out", tmp_path / "cache"
     run = [*ARGS, "--out", str(out), "--cache-dir", str(cache)]
     t0 = time.monotonic()
-    (code0, err0), (code1, _) = _ranks([run, ["--die-after-batches", "1", *run]], _port(), EVALDAG_DIST_TIMEOUT="60")
+    (code0, err0), (code1, _) = _ranks([run, ["--die-after-batches", "1", *run]], _port(), tmp_path / "logs",
+                                            EVALDAG_DIST_TIMEOUT="60")
     assert code1 == 9 and code0 == 1
     assert time.monotonic() - t0 < 120
     assert "lost the other ranks" in err0 and "rerun the same command to resume" in err0, err0[-2000:]
@@ -171,7 +157,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
 
     # the rerun on two ranks, with only rank 0 reading the request cache (the mode for a cache
     # on a network file system), forwards only the rest
-    for code, err in _ranks([run, run], _port(), EVALDAG_DIST_CACHE_READS="rank0"):
+    for code, err in _ranks([run, run], _port(), tmp_path / "logs-rerun", EVALDAG_DIST_CACHE_READS="rank0"):
         assert code == 0, err[-3000:]
     ex = _executor(out)
     assert ex["cached"] == done and ex["sequences_forwarded"] == _executor(one_process)["unique"] - done
@@ -182,7 +168,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
 def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path):
     run = [*ARGS, "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
     other = [*run, "--metrics", "forget_Q_A_Prob"]  # rank 1 was given other metrics
-    (code0, err0), (code1, err1) = _ranks([run, other], _port())
+    (code0, err0), (code1, err1) = _ranks([run, other], _port(), tmp_path / "logs")
     assert code0 == code1 == 2
     for err in (err0, err1):
         assert "rank 1 built a different plan from rank 0" in err and "only on rank 0: forget_Q_A_ROUGE" in err, err[-2000:]
@@ -192,9 +178,9 @@ def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path
 def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
     t0 = time.monotonic()
     # rank 1 of 2 waits for a rank 0 that never starts
-    (code, err), = _finish([_start([str(BIN / "evaldag"), "run", "toy", "--quiet", "--out", str(tmp_path / "o"),
-                                    "--cache-dir", str(tmp_path / "c")], RANK="1", LOCAL_RANK="0", WORLD_SIZE="2",
-                                   MASTER_PORT=str(_port()), EVALDAG_DIST_TIMEOUT="2")])
+    (code, err), = _run([[str(BIN / "evaldag"), "run", "toy", "--quiet", "--out", str(tmp_path / "o"),
+                          "--cache-dir", str(tmp_path / "c")]], tmp_path / "logs", RANK="1", LOCAL_RANK="0",
+                        WORLD_SIZE="2", MASTER_PORT=str(_port()), EVALDAG_DIST_TIMEOUT="2")
     assert code == 2
     assert time.monotonic() - t0 < 60
     assert "rank 1 of 2 could not join the process group at 127.0.0.1:" in err and "within 2 s" in err, err[-2000:]

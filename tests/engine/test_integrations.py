@@ -3,8 +3,8 @@ on the saved checkpoints (which then find everything cached), a 2-rank DDP run, 
 
 import json
 import os
+from .. import ranks
 from ..servers import free_port
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -169,23 +169,13 @@ def _free_port() -> int:
 
 
 def test_two_gloo_ranks_share_the_evaluation_and_keep_the_job_group(tmp_path):
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120"}
-    script = Path(__file__).parents[1] / "tiny_trainer.py"
-    logs = [(tmp_path / f"out{r}.txt", tmp_path / f"err{r}.txt") for r in (0, 1)]  # files: a full pipe would block a rank
-    procs = []
-    for r, (out, err) in enumerate(logs):
-        with open(out, "w") as o, open(err, "w") as e:
-            procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "out"), "2", "1", str(tmp_path / "cache")],
-                                          env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=o, stderr=e))
-    try:
-        codes = [p.wait(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert codes == [0, 0], [err.read_text()[-2000:] for _, err in logs]
-    lines = [json.loads(out.read_text().strip().splitlines()[-1]) for out, _ in logs]
+    argv = [sys.executable, str(Path(__file__).parents[1] / "tiny_trainer.py"), str(tmp_path / "out"), "2", "1",
+            str(tmp_path / "cache")]
+    done = ranks.ranks([argv, argv], env, tmp_path / "logs", limit_s=240)
+    assert [d.code for d in done] == [0, 0], ranks.tails(done)
+    lines = [json.loads(d.out.strip().splitlines()[-1]) for d in done]
     assert [x["sum"] for x in lines] == [2.0, 2.0]  # the job's group is still up after the evaluations
     assert lines[0]["steps"] == lines[1]["steps"] == [1, 2]
     assert lines[0]["summary"] == lines[1]["summary"] and lines[0]["summary"][0]["forget_Q_A_Prob"] > 0

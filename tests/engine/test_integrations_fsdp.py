@@ -5,8 +5,8 @@ found cached, and a metric a sharded model cannot serve is refused before traini
 
 import json
 import os
+from .. import ranks
 from ..servers import free_port
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,25 +29,14 @@ def _port() -> int:
     return free_port()  # below the ephemeral range: see tests/servers.py
 
 
-def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "fsdp_worker.py") -> tuple[list[int], list[dict], list[str]]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "WORLD_SIZE": "2",
+def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "fsdp_worker.py") -> tuple[list[int], list[dict], str]:
+    """(exit codes, each rank's last stdout line as JSON, each rank's stderr tail for a message)."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()),
            "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120", "HF_HUB_OFFLINE": "1"}
-    logs = [(tmp / f"out{r}.txt", tmp / f"err{r}.txt") for r in (0, 1)]  # files: a full pipe would block a rank
-    procs = []
-    for r, (out, err) in enumerate(logs):
-        with open(out, "w") as o, open(err, "w") as e:
-            procs.append(subprocess.Popen(
-                [sys.executable, str(TESTS / script), str(tmp / "out"), str(cache), kind, metrics],
-                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=o, stderr=e))
-    try:
-        codes = [p.wait(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    errs = [err.read_text() for _, err in logs]
-    lines = [json.loads(out.read_text().strip().splitlines()[-1]) if out.read_text().strip() else {} for out, _ in logs]
-    return codes, lines, errs
+    argv = [sys.executable, str(TESTS / script), str(tmp / "out"), str(cache), kind, metrics]
+    done = ranks.ranks([argv, argv], env, tmp / "logs", limit_s=300)
+    lines = [json.loads(d.out.strip().splitlines()[-1]) if d.out.strip() else {} for d in done]
+    return [d.code for d in done], lines, ranks.tails(done)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +44,7 @@ def sharded_job(tmp_path_factory):
     """One 2-rank job training FSDP2 then FSDP (each 3 steps, evaluated and saved at each)."""
     tmp = tmp_path_factory.mktemp("fsdp")
     codes, lines, errs = _two_ranks(tmp, "fsdp2,fsdp", METRICS, tmp / "cache")
-    assert codes == [0, 0], [e[-3000:] for e in errs]
+    assert codes == [0, 0], errs
     assert [x["sum"] for x in lines] == [2.0, 2.0]  # the training job's group is still up after both
     return tmp, lines
 
@@ -63,15 +52,15 @@ def sharded_job(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["fsdp2", "fsdp"])
 def test_sharded_weights_are_evaluated_in_step_and_equal_the_saved_checkpoints(kind, sharded_job, tmp_path):
     job, lines = sharded_job
-    ranks = [x["kinds"][kind] for x in lines]
-    assert [r["sharded"] for r in ranks] == [kind, kind]
-    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["fingerprint"] == ranks[1]["fingerprint"]
-    hist = ranks[0]["history"]
+    per_rank = [x["kinds"][kind] for x in lines]
+    assert [r["sharded"] for r in per_rank] == [kind, kind]
+    assert per_rank[0]["history"] == per_rank[1]["history"] and per_rank[0]["fingerprint"] == per_rank[1]["fingerprint"]
+    hist = per_rank[0]["history"]
     assert [h["step"] for h in hist] == [1, 2, 3] and all(h["exit"] == 0 for h in hist)
     probs = [h["summary"]["forget_Q_A_Prob"] for h in hist]
     assert probs[0] > probs[1] > probs[2]  # gradient ascent: each step evaluated on that step's weights
     if kind == "fsdp2":  # a metric sharded weights cannot serve: refused when the callback starts
-        assert ranks[0]["refused"] == ranks[1]["refused"] == (
+        assert per_rank[0]["refused"] == per_rank[1]["refused"] == (
             "EvaldagCallback: grad_norms needs gradients; hf:in-memory (fsdp2: weights sharded over 2 ranks) gives "
             "token statistics with the chosen token's log-prob and the greedy token (argmax) and full-vocabulary "
             "log-prob statistics, generation, hidden states: drop it, or evaluate the saved checkpoints with the CLI")
@@ -111,15 +100,15 @@ def test_a_deepspeed_zero3_trainer_is_evaluated_in_step_and_equals_its_saved_che
             pytest.fail("deepspeed missing in CI (.ci/run installs it for this test)", pytrace=False)
         pytest.skip("deepspeed not installed (pip install deepspeed): a training job's package, not evaldag's")
     codes, lines, errs = _two_ranks(tmp_path, "-", "-", tmp_path / "cache", script="zero3_trainer.py")
-    assert codes == [0, 0], [e[-3000:] for e in errs]
+    assert codes == [0, 0], errs
     assert [(x["sharded"], x["partitioned"], x["engine"]) for x in lines] == [("zero3", True, "DeepSpeedEngine")] * 2
     assert lines[0]["history"] == lines[1]["history"] and lines[0]["fingerprint"] == lines[1]["fingerprint"]
     hist = lines[0]["history"]
     assert [(h["step"], h["exit"]) for h in hist] == [(2, 0), (4, 0)]
     assert hist[0]["summary"]["forget_Q_A_Prob"] > hist[1]["summary"]["forget_Q_A_Prob"]
     out = tmp_path / "out"
-    ranks = json.loads((out / "evaldag" / "step-2" / "run.json").read_text())["executor"]["by_rank"]
-    assert sum(r["filler_passes"] for r in ranks.values()) > 0
+    by_rank = json.loads((out / "evaldag" / "step-2" / "run.json").read_text())["executor"]["by_rank"]
+    assert sum(r["filler_passes"] for r in by_rank.values()) > 0
     cold = tmp_path / "cold"  # the retain model was loaded whole inside the ZeRO-3 job: same numbers as here
     assert cli.main([*ARGS, "--model", str(out / "checkpoint-4"), "--cache-dir", str(tmp_path / "c"), "--out", str(cold)]) == 0
     assert (cold / "TOFU_EVAL.json").read_bytes() == (out / "evaldag" / "step-4" / "TOFU_EVAL.json").read_bytes()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ import pytest
 from evaldag.engine.adapters import vllm_engine, vllm_model
 from evaldag.engine.requests import TokenStats
 
+from .. import ranks
 from ..servers import REPO, START_TIMEOUT, TOFU_TINY
 from .test_vllm_backend import vllm_python
 
@@ -36,11 +35,6 @@ def _args(mdir: Path, out: Path) -> list[str]:
             "--cache-dir", str(out.parent / f"{out.name}-cache"), "--quiet"]
 
 
-def _start(cmd: list[str], err: Path, env: dict) -> subprocess.Popen:
-    # output to files (a full pipe would block a rank); a session of its own, to stop a hung job whole
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err.open("wb"), start_new_session=True)
-
-
 @pytest.fixture(scope="module")
 def runs(server_model, tmp_path_factory):
     """(model folder, work folder, {name: (exit code, stderr)}): ``two`` (tests/vllm_torchrun_driver.py
@@ -53,21 +47,10 @@ def runs(server_model, tmp_path_factory):
     env.pop("CI", None)  # the runs' own behaviour is not the test session's
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    procs = {"two": _start([str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                            str(REPO / "tests" / "vllm_torchrun_driver.py"), str(work / "two"),
-                            *_args(mdir, work / "two")], work / "two.err", env),
-             "one": _start([str(py), "-m", "evaldag.engine.cli", *_args(mdir, work / "one")], work / "one.err", env)}
-    done = {}
-    for name, p in procs.items():
-        try:
-            code = p.wait(timeout=LIMIT_S)
-        except subprocess.TimeoutExpired:
-            for q in procs.values():
-                if q.poll() is None:
-                    os.killpg(q.pid, signal.SIGKILL)
-            tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
-            pytest.fail(f"vllm: {name} run did not finish in {LIMIT_S:.0f} s (hung?): {tail}", pytrace=False)
-        done[name] = (code, (work / f"{name}.err").read_text(errors="replace"))
+    cmds = {"two": [str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                    str(REPO / "tests" / "vllm_torchrun_driver.py"), str(work / "two"), *_args(mdir, work / "two")],
+            "one": [str(py), "-m", "evaldag.engine.cli", *_args(mdir, work / "one")]}
+    done = {d.name: (d.code, d.err) for d in ranks.run(cmds, env, work / "logs", LIMIT_S)}  # side by side
     return mdir, work, done
 
 
@@ -121,11 +104,11 @@ def test_an_engine_let_go_restarts_on_every_rank_together(runs):
     _, work, done = runs
     code, err = done["two"]
     assert code == 0, err[-3000:]
-    ranks = [json.loads((work / f"two.{r}.json").read_text()) for r in (0, 1)]
-    assert [(g["engine_starts_cli"], g["engine_starts"]) for g in ranks] == [(1, 2), (1, 2)]  # A, A again
-    assert len(ranks[0]["a_again"]) == 1 and ranks[0]["a_again"] == ranks[1]["a_again"]
-    assert ranks[0]["a"] == ranks[1]["a"] and len(ranks[0]["a"]) == 6
-    shares = sorted(ranks[0]["by_rank"][r]["sequences_forwarded"] for r in ("0", "1"))
+    per_rank = [json.loads((work / f"two.{r}.json").read_text()) for r in (0, 1)]
+    assert [(g["engine_starts_cli"], g["engine_starts"]) for g in per_rank] == [(1, 2), (1, 2)]  # A, A again
+    assert len(per_rank[0]["a_again"]) == 1 and per_rank[0]["a_again"] == per_rank[1]["a_again"]
+    assert per_rank[0]["a"] == per_rank[1]["a"] and len(per_rank[0]["a"]) == 6
+    shares = sorted(per_rank[0]["by_rank"][r]["sequences_forwarded"] for r in ("0", "1"))
     assert shares == [1, 6], shares  # A's 6 rows in one batch on one rank, then A's 1 on the other: each group one rank idle
 
 
