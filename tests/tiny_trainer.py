@@ -78,3 +78,4 @@ if __name__ == "__main__":  # one rank of a 2-process DDP run (gloo)
     dist.all_reduce(t)
     print(json.dumps({"rank": dist.get_rank(), "sum": t.item(), "steps": [h["step"] for h in cb.history],
                       "summary": [h["summary"] for h in cb.history]}))
+    dist.destroy_process_group()  # gloo: a process that exits with its group up can abort in teardown (exit -6)

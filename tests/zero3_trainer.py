@@ -45,6 +45,7 @@ def main() -> None:
                       "engine": type(trainer.model_wrapped).__name__,
                       "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
                       "fingerprint": cb._last[1]}))
+    dist.destroy_process_group()  # gloo: a process that exits with its group up can abort in teardown (exit -6)
 
 
 if __name__ == "__main__":

@@ -133,11 +133,13 @@ def engine(options: EngineOptions) -> Any:
         raise _start_error(options, e, log) from None
     START_SECONDS.append(time.perf_counter() - t0)
     _LIVE = Live(options, llm, log, before)
-    if "distributed_executor_backend" in options.kwargs():
-        # vLLM's own finaliser would shut the in-process engine down at exit, after the job's group
-        # closed, and fail on its groups: this runs first (atexit is last-in, first-out)
-        atexit.unregister(free)
-        atexit.register(free)
+    # The engine is shut down at exit while the interpreter is still whole (atexit is last-in,
+    # first-out): vLLM's own finaliser runs during interpreter teardown, where under torchrun the
+    # job's group is already closed (its shutdown fails on its groups) and in one process the
+    # engine client's sockets and threads were seen to abort the process once ("terminate
+    # called without an active exception", exit -6, after a run that had written everything).
+    atexit.unregister(free)
+    atexit.register(free)
     return llm
 
 

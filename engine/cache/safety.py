@@ -75,9 +75,14 @@ def root_state(root: Path) -> str:
     if not root.is_dir():
         return "file"
     try:
-        return "foreign" if any(root.iterdir()) else "new"
+        if not any(root.iterdir()):
+            return "new"
     except OSError:
         return "foreign"
+    # Another process may have marked and filled the folder since the first look (the ranks of a
+    # job starting together on a new cache: one refused it as foreign and the job hung). The
+    # marker is written before anything else, so a folder with contents and a marker is a cache.
+    return "marked" if (root / MARKER).is_file() else "foreign"
 
 
 def claim_root(root: Path, *, init: bool = False, read_only: bool = False, what: str = "--cache-dir") -> None:

@@ -229,6 +229,25 @@ def interrupted(cache: Cache | None, executor: Executor | None) -> str:
     return f"evaldag: interrupted: {nodes} nodes and {answers} model results kept; rerun to resume"
 
 
+# what a run reports in one line (exit 2) rather than as a traceback
+_SET_UP_ERRORS = (GraphError, MissingResource, ValueError, OSError, launch.RankFailure)
+
+
+def agree(group: Group | None, failed: Exception | None, what: str) -> None:
+    """Raise ``failed`` on its rank and a one-line RankFailure on every other rank, if any rank
+    failed ``what``. A failure of one rank's own (its cache folder, its file system) would
+    otherwise leave the others waiting in their next collective: for a training job's group
+    (integrations/), until the job's own timeout, half an hour by default."""
+    if group is not None:
+        try:
+            group.raise_if_any(failed, what)
+        except RuntimeError as e:
+            if failed is None:
+                raise launch.RankFailure(f"{e}; every rank stops") from None
+    if failed is not None:
+        raise failed
+
+
 def _one(args: argparse.Namespace, benches: list[Benchmark], group: Group | None, out: Path, report: bool,
          label: str | None = None, shared_only: bool = False) -> int:
     held: dict = {"shared_only": shared_only}  # the cache and executor, once built
@@ -245,25 +264,30 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
              held: dict, label: str | None = None) -> int:
     nodes, resources = [], {}
     try:
-        check_folders(args.cache_dir, out)
-        cfgs = configs(args, benches)
-        check_out(out, benches, cfgs, report)
-        for b, cfg in zip(benches, cfgs):
-            n, res = b.build(cfg)
-            nodes += n
-            resources.update(res)
-        nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
-        resources.update(getattr(args, "in_memory", None) or {})  # integrations/: the Trainer's model for --model's
-        if held["shared_only"]:  # a checkpoint-parallel sweep's first step: only what every checkpoint shares
-            nodes = shared_graph(Graph(nodes), resources)
-            if nodes is None:
-                return 0
-        plan(nodes if isinstance(nodes, Graph) else Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
-        cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
-        cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
-        with cache.filehash.active():  # a resource that can check its input does so once, up front
-            for res in resources.values():
-                getattr(res, "validate", lambda: None)()
+        failed: Exception | None = None
+        try:
+            check_folders(args.cache_dir, out)
+            cfgs = configs(args, benches)
+            check_out(out, benches, cfgs, report)
+            for b, cfg in zip(benches, cfgs):
+                n, res = b.build(cfg)
+                nodes += n
+                resources.update(res)
+            nodes += added_metrics(args.add_metric, resources, list(zip(benches, cfgs)))
+            resources.update(getattr(args, "in_memory", None) or {})  # integrations/: the Trainer's model for --model's
+            if held["shared_only"]:  # a checkpoint-parallel sweep's first step: only what every checkpoint shares
+                nodes = shared_graph(Graph(nodes), resources)
+                if nodes is None:
+                    return 0
+            plan(nodes if isinstance(nodes, Graph) else Graph(nodes), ResourceSet(resources))  # what no backend can serve: refused before the cache is made
+            cache = Cache(args.cache_dir, rehash=args.rehash or args.refresh == "all", read_from=args.cache_read_from)
+            cache.claim(init=args.init_cache)  # before any model loads: an unmarked non-empty folder is refused
+            with cache.filehash.active():  # a resource that can check its input does so once, up front
+                for res in resources.values():
+                    getattr(res, "validate", lambda: None)()
+        except Exception as e:  # noqa: BLE001 - every rank learns of it; re-raised as it was on its own rank
+            failed = e
+        agree(group, failed, "the set-up")
         executor = Executor(cache=cache.requests, progress=show_progress(args), batch_tokens=args.batch_tokens,
                             deterministic=args.deterministic)
         if group is not None:  # same plan on every rank, agreed cached nodes, sharded forward passes
@@ -275,7 +299,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
                      provenance={"command": args.command_line, **getattr(args, "sweep_provenance", {})})
-    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
+    except _SET_UP_ERRORS as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)

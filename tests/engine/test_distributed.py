@@ -175,6 +175,29 @@ def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path
     assert RequestStore(tmp_path / "cache").count() == 0
 
 
+@pytest.mark.slow
+def test_one_ranks_own_set_up_failure_stops_every_rank_at_once(tmp_path):
+    """Rank 1's cache folder is not a cache (the ranks of a job on different machines, or a race on
+    a new folder): rank 1 says why and rank 0 says which rank failed and why. Before, rank 0 said only
+    that it lost the other ranks in the plan check, once rank 1 had closed the group; in a training
+    job's group, which the failing rank leaves up (integrations/), it waited there for the job's
+    timeout (half an hour by default) while rank 1 trained on."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("years of work")
+    run = [*ARGS, "--out", str(tmp_path / "out")]
+    t0 = time.monotonic()
+    (code0, err0), (code1, err1) = _ranks([[*run, "--cache-dir", str(tmp_path / "cache")],
+                                           [*run, "--cache-dir", str(foreign)]], _port(), tmp_path / "logs",
+                                          EVALDAG_DIST_TIMEOUT="600")
+    assert time.monotonic() - t0 < 120
+    assert code0 == code1 == 2
+    assert f"evaldag: error: --cache-dir {foreign}: the folder is not empty and has no evaldag-cache.json" in err1, err1[-2000:]
+    assert "evaldag: error: rank 1 failed during the set-up: NotACache: --cache-dir" in err0, err0[-2000:]
+    assert "every rank stops" in err0 and "Traceback" not in err0 + err1
+    assert not (tmp_path / "out").exists() and (foreign / "thesis.tex").read_text() == "years of work"
+
+
 def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
     t0 = time.monotonic()
     # rank 1 of 2 waits for a rank 0 that never starts

@@ -124,6 +124,30 @@ def test_a_non_empty_folder_without_the_marker_is_refused_unless_init_cache(tmp_
     assert swap.read_text() == "unsaved work" and mine.read_text() == "years of work"
 
 
+def test_a_new_folder_another_process_marks_and_fills_meanwhile_is_a_cache_not_foreign(tmp_path, monkeypatch):
+    """The ranks of a job start on a new cache together: between one rank's look for the marker and
+    its look at the contents, another rank marks the folder and stores into it."""
+    from evaldag.engine.cache.safety import claim_root, root_state, write_marker
+
+    root = tmp_path / "new"
+    root.mkdir()
+    listing = Path.iterdir
+
+    def other_rank_first(self):
+        if self == root and not (root / MARKER).exists():
+            write_marker(root)
+            (root / "objects").mkdir()
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", other_rank_first)
+    assert root_state(root) == "marked"
+    claim_root(root)  # not refused as "not empty and has no evaldag-cache.json"
+    monkeypatch.undo()
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "thesis.tex").write_text("x")
+    assert root_state(tmp_path / "foreign") == "foreign"
+
+
 # ---------------------------------------------------------------------- item 6: looking never changes anything
 def test_read_only_commands_change_nothing_and_name_each_state(toy_cache, monkeypatch, capsys):
     newer, corrupt = entries(toy_cache)[:2]
