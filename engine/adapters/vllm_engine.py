@@ -138,8 +138,8 @@ def engine(options: EngineOptions) -> Any:
     # job's group is already closed (its shutdown fails on its groups) and in one process the
     # engine client's sockets and threads were seen to abort the process once ("terminate
     # called without an active exception", exit -6, after a run that had written everything).
-    atexit.unregister(free)
-    atexit.register(free)
+    atexit.unregister(_free_at_exit)
+    atexit.register(_free_at_exit)
     return llm
 
 
@@ -161,9 +161,9 @@ def live_log() -> Path | None:
     return _LIVE.log if _LIVE is not None else None
 
 
-def free() -> None:
-    """Shut the live engine down and wait until its memory is back (GPU) or its engine-core
-    process is gone (CPU); a no-op without one."""
+def free(wait: bool = True) -> None:
+    """Shut the live engine down and (``wait``) wait until its memory is back (GPU) or its
+    engine-core process is gone (CPU), for a model about to load; a no-op without one."""
     global _LIVE
     if _LIVE is None:
         return
@@ -177,7 +177,13 @@ def free() -> None:
             del live.llm
             gc.collect()
             _destroy_parallel_state()
-    _wait_memory_back(live)
+    if wait:
+        _wait_memory_back(live)
+
+
+def _free_at_exit() -> None:
+    """The engine shut down at exit: nothing loads after it, so nothing waits for its memory."""
+    free(wait=False)
 
 
 def before_other_load(backend: str) -> None:
