@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_trainer import OPTIONS, TINY, collate, forget_rows  # noqa: E402
+from tiny_trainer import OPTIONS, TINY, collate, forget_rows, leave  # noqa: E402
 
 
 def wrap(model, kind: str):
@@ -56,7 +56,7 @@ def main() -> None:
     t = torch.tensor([1.0])
     dist.all_reduce(t)  # the job's group outlived every evaluation
     print(json.dumps({"rank": rank, "sum": t.item(), "kinds": done}))
-    dist.destroy_process_group()
+    leave()
 
 
 def one(kind: str, out: Path, cache: str, metrics: list[str], tok, rank: int) -> dict:

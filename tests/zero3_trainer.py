@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_trainer import OPTIONS, make_trainer  # noqa: E402
+from tiny_trainer import OPTIONS, leave, make_trainer  # noqa: E402
 
 ZERO3 = {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
                                "stage3_gather_16bit_weights_on_model_save": True},
@@ -45,7 +45,7 @@ def main() -> None:
                       "engine": type(trainer.model_wrapped).__name__,
                       "history": [{"step": h["step"], "exit": h["exit"], "summary": h["summary"]} for h in cb.history],
                       "fingerprint": cb._last[1]}))
-    dist.destroy_process_group()  # gloo: a process that exits with its group up can abort in teardown (exit -6)
+    leave()
 
 
 if __name__ == "__main__":
