@@ -229,10 +229,6 @@ def interrupted(cache: Cache | None, executor: Executor | None) -> str:
     return f"evaldag: interrupted: {nodes} nodes and {answers} model results kept; rerun to resume"
 
 
-# what a run reports in one line (exit 2) rather than as a traceback
-_SET_UP_ERRORS = (GraphError, MissingResource, ValueError, OSError, launch.RankFailure)
-
-
 def agree(group: Group | None, failed: Exception | None, what: str) -> None:
     """Raise ``failed`` on its rank and a one-line RankFailure on every other rank, if any rank
     failed ``what``. A failure of one rank's own (its cache folder, its file system) would
@@ -241,7 +237,10 @@ def agree(group: Group | None, failed: Exception | None, what: str) -> None:
     if group is not None:
         try:
             group.raise_if_any(failed, what)
-        except RuntimeError as e:
+        except launch.RankFailure:  # the group itself broke: said as it is
+            if failed is None:
+                raise
+        except RuntimeError as e:  # another rank's failure
             if failed is None:
                 raise launch.RankFailure(f"{e}; every rank stops") from None
     if failed is not None:
@@ -299,7 +298,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
                      provenance={"command": args.command_line, **getattr(args, "sweep_provenance", {})})
-    except _SET_UP_ERRORS as e:  # a full disk too: one line
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from .. import ranks
-from ..servers import free_port
 import subprocess
 import sys
 import time
@@ -27,16 +25,15 @@ from evaldag.engine.distributed.launch import torchrun_command
 from evaldag.engine.cache import RequestStore
 from evaldag.engine.requests import TokenStats
 
+from .. import ranks
+from ..servers import free_port
+
 FIX = Path(__file__).parents[1] / "fixtures"
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).parents[1] / "dist_worker.py"
 ARGS = ["run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
         "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE", "--max-new-tokens", "8", "--quiet"]
 LIMIT_S = 240  # a hung test fails instead of blocking the suite
-
-
-def _port() -> int:
-    return free_port()  # below the ephemeral range: see tests/servers.py
 
 
 def _env(**extra: str) -> dict:
@@ -112,7 +109,7 @@ def test_each_rank_starts_the_cli_without_runpys_already_imported_warning():
 
 @pytest.mark.slow
 def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothing(one_process, tmp_path):
-    port, out, cache = _port(), tmp_path / "out", tmp_path / "cache"
+    port, out, cache = free_port(), tmp_path / "out", tmp_path / "cache"
     run = [*ARGS, "--out", str(out), "--cache-dir", str(cache)]
     # two torchrun "nodes" of one rank each, meeting at a c10d rendezvous on 127.0.0.1
     node = [str(BIN / "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
@@ -146,7 +143,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
     out, cache = tmp_path / "out", tmp_path / "cache"
     run = [*ARGS, "--out", str(out), "--cache-dir", str(cache)]
     t0 = time.monotonic()
-    (code0, err0), (code1, _) = _ranks([run, ["--die-after-batches", "1", *run]], _port(), tmp_path / "logs",
+    (code0, err0), (code1, _) = _ranks([run, ["--die-after-batches", "1", *run]], free_port(), tmp_path / "logs",
                                             EVALDAG_DIST_TIMEOUT="60")
     assert code1 == 9 and code0 == 1
     assert time.monotonic() - t0 < 120
@@ -157,7 +154,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
 
     # the rerun on two ranks, with only rank 0 reading the request cache (the mode for a cache
     # on a network file system), forwards only the rest
-    for code, err in _ranks([run, run], _port(), tmp_path / "logs-rerun", EVALDAG_DIST_CACHE_READS="rank0"):
+    for code, err in _ranks([run, run], free_port(), tmp_path / "logs-rerun", EVALDAG_DIST_CACHE_READS="rank0"):
         assert code == 0, err[-3000:]
     ex = _executor(out)
     assert ex["cached"] == done and ex["sequences_forwarded"] == _executor(one_process)["unique"] - done
@@ -168,7 +165,7 @@ def test_a_killed_rank_fails_the_job_clearly_and_a_rerun_resumes(one_process, tm
 def test_ranks_with_different_plans_are_refused_before_any_forward_pass(tmp_path):
     run = [*ARGS, "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
     other = [*run, "--metrics", "forget_Q_A_Prob"]  # rank 1 was given other metrics
-    (code0, err0), (code1, err1) = _ranks([run, other], _port(), tmp_path / "logs")
+    (code0, err0), (code1, err1) = _ranks([run, other], free_port(), tmp_path / "logs")
     assert code0 == code1 == 2
     for err in (err0, err1):
         assert "rank 1 built a different plan from rank 0" in err and "only on rank 0: forget_Q_A_ROUGE" in err, err[-2000:]
@@ -188,7 +185,7 @@ def test_one_ranks_own_set_up_failure_stops_every_rank_at_once(tmp_path):
     run = [*ARGS, "--out", str(tmp_path / "out")]
     t0 = time.monotonic()
     (code0, err0), (code1, err1) = _ranks([[*run, "--cache-dir", str(tmp_path / "cache")],
-                                           [*run, "--cache-dir", str(foreign)]], _port(), tmp_path / "logs",
+                                           [*run, "--cache-dir", str(foreign)]], free_port(), tmp_path / "logs",
                                           EVALDAG_DIST_TIMEOUT="600")
     assert time.monotonic() - t0 < 120
     assert code0 == code1 == 2
@@ -203,7 +200,7 @@ def test_an_unreachable_rendezvous_times_out_with_a_clear_message(tmp_path):
     # rank 1 of 2 waits for a rank 0 that never starts
     (code, err), = _run([[str(BIN / "evaldag"), "run", "toy", "--quiet", "--out", str(tmp_path / "o"),
                           "--cache-dir", str(tmp_path / "c")]], tmp_path / "logs", RANK="1", LOCAL_RANK="0",
-                        WORLD_SIZE="2", MASTER_PORT=str(_port()), EVALDAG_DIST_TIMEOUT="2")
+                        WORLD_SIZE="2", MASTER_PORT=str(free_port()), EVALDAG_DIST_TIMEOUT="2")
     assert code == 2
     assert time.monotonic() - t0 < 60
     assert "rank 1 of 2 could not join the process group at 127.0.0.1:" in err and "within 2 s" in err, err[-2000:]

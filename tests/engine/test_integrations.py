@@ -3,8 +3,6 @@ on the saved checkpoints (which then find everything cached), a 2-rank DDP run, 
 
 import json
 import os
-from .. import ranks
-from ..servers import free_port
 import sys
 import time
 from pathlib import Path
@@ -17,6 +15,9 @@ from evaldag.engine import cli  # noqa: E402
 from evaldag.engine.adapters.hf import HFModel  # noqa: E402
 from evaldag.engine.cache import Cache, aliases  # noqa: E402
 from evaldag.engine.integrations import EvaldagCallback  # noqa: E402
+
+from .. import ranks  # noqa: E402
+from ..servers import free_port  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from tiny_trainer import OPTIONS, TINY, TOFU, make_trainer  # noqa: E402
@@ -164,12 +165,8 @@ def test_bad_options_fail_before_training_with_one_line(tmp_path):
         EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, data=str(TOFU))
 
 
-def _free_port() -> int:
-    return free_port()  # below the ephemeral range: see tests/servers.py
-
-
 def test_two_gloo_ranks_share_the_evaluation_and_keep_the_job_group(tmp_path):
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120"}
     argv = [sys.executable, str(Path(__file__).parents[1] / "tiny_trainer.py"), str(tmp_path / "out"), "2", "1",
             str(tmp_path / "cache")]

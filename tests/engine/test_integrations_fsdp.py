@@ -5,8 +5,6 @@ found cached, and a metric a sharded model cannot serve is refused before traini
 
 import json
 import os
-from .. import ranks
-from ..servers import free_port
 import sys
 from pathlib import Path
 
@@ -20,18 +18,17 @@ TESTS = Path(__file__).parents[1]
 sys.path.insert(0, str(TESTS))
 from tiny_trainer import TINY, TOFU  # noqa: E402
 
+from .. import ranks  # noqa: E402
+from ..servers import free_port  # noqa: E402
+
 METRICS = "forget_Q_A_Prob,forget_Q_A_ROUGE,forget_quality"
 ARGS = ["run", "tofu", "--data", str(TOFU), "--retain-model", str(TINY / "retain"), "--metrics", METRICS,
         "--max-new-tokens", "8", "--quiet"]
 
 
-def _port() -> int:
-    return free_port()  # below the ephemeral range: see tests/servers.py
-
-
 def _two_ranks(tmp: Path, kind: str, metrics: str, cache: Path, script: str = "fsdp_worker.py") -> tuple[list[int], list[dict], str]:
     """(exit codes, each rank's last stdout line as JSON, each rank's stderr tail for a message)."""
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()),
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "OMP_NUM_THREADS": "1", "EVALDAG_DIST_TIMEOUT": "120", "HF_HUB_OFFLINE": "1"}
     argv = [sys.executable, str(TESTS / script), str(tmp / "out"), str(cache), kind, metrics]
     done = ranks.ranks([argv, argv], env, tmp / "logs", limit_s=300)

@@ -20,7 +20,8 @@ from evaldag.engine import cli
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.distributed.checkpoints import assign, choose_mode
 
-from .test_distributed import _port, _ranks
+from ..servers import free_port
+from .test_distributed import _ranks
 from .test_sweep import ARGS, TINY
 
 
@@ -68,7 +69,7 @@ def test_two_ranks_with_whole_checkpoints_give_the_one_process_sweep(tmp_path):
 
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = [*ARGS, *flags, "--out", str(out), "--cache-dir", str(cache)]
-    done = _ranks([argv, argv], _port(), tmp_path / "logs")
+    done = _ranks([argv, argv], free_port(), tmp_path / "logs")
     assert [code for code, _ in done] == [0, 0], "\n".join(err[-2000:] for _, err in done)
     for n in names:  # byte-identical numbers to the one-process sweep
         for f in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
