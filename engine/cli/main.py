@@ -20,12 +20,14 @@ so no TOFU, and a broken command plugin breaks only itself.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
+from ..adapters import vllm_engine
 from . import cache, compare, export, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
@@ -93,6 +95,21 @@ def _description(name: str) -> str:
         return f"(cannot be loaded: {type(e).__name__}: {e})"
 
 
+def _leave_if_vllm_ran(code: int) -> None:
+    """End a console process that ran an in-process vLLM engine here, without interpreter
+    teardown: its outputs are written and its engine shut down, and what vLLM's threads leave
+    for teardown aborted such a finished run twice in CI-like checks ("terminate called
+    without an active exception", exit -6, no Python frame left) after it had written
+    everything. Other runs end as usual."""
+    if not vllm_engine.START_SECONDS:
+        return
+    vllm_engine.free(wait=False)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``evaldag`` command. A closed stdout (``evaldag list | head -1``) ends it
     quietly. SIGPIPE stays ignored, as Python sets it: with the default action a rank
@@ -104,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
         sys.stdout.flush()
+        if process:
+            _leave_if_vllm_ran(code)
         if old is not None and process:  # a SIGTERM while Python tears down still gets its one line
             old = None
             signal.signal(signal.SIGTERM, lambda signum, frame: _late(signum, code))
