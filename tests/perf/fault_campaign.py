@@ -842,6 +842,26 @@ def _forge_one(cache: Path) -> Path:
     raise SystemExit("no aggregator entry to forge")
 
 
+def fault_kinds() -> dict:
+    """The fault families kept in ``tests/perf/fault_kinds/``: each module has ``run(campaign)``.
+
+    A family adds its rows through the campaign's own bookkeeping (``trial_dir``, ``classify``,
+    ``_refused``, ``rows``, ``notes``), so its counts land in the same table; ``--only NAME``
+    takes the module's file name.
+    """
+    import importlib.util
+
+    found = {}
+    for f in sorted((Path(__file__).parent / "fault_kinds").glob("*.py")):
+        if f.name.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"fault_kinds.{f.stem}", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        found[f.stem] = mod
+    return found
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=5)
@@ -872,6 +892,9 @@ def main() -> int:
         c.hostile_models()
     if run("hostile_outputs"):
         c.hostile_outputs()
+    for name, kind in fault_kinds().items():  # tests/perf/fault_kinds/*.py: one module per family of faults
+        if run(name):
+            kind.run(c)
     print(c.table())
     bad = sum(row[3] + row[4] for row in c.rows.values())
     return 1 if bad else 0
