@@ -45,10 +45,10 @@ class Benchmark:
     splits: ClassVar[tuple[Any, ...]] = ()  # render.clusters.Split
     #: resource -> the flag that supplies it (the hint when a graph misses that resource)
     resource_flags: ClassVar[dict[str, str]] = {}
-    #: True: the benchmark evaluates a model named by ``--model``. The run command then owns
-    #: that flag (``engine/cli/models.py``: repeatable, globs, ``@FILE``, a sweep) and hands
-    #: each run a Namespace whose ``model`` is one resolved spec (or None); the benchmark
-    #: reads ``args.model`` in ``config_from_args`` and never declares ``--model`` itself.
+    #: True: the benchmark evaluates a model named by ``--model``. The run's options then own
+    #: that flag (``engine/options.py``: repeatable, globs, ``@FILE``, a sweep); the benchmark
+    #: reads ``args.model`` (one resolved spec, or None) in ``config_from_args``, never declares
+    #: ``--model`` itself, and gives each checkpoint of a sweep its config in :meth:`for_model`.
     takes_model: ClassVar[bool] = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -57,6 +57,13 @@ class Benchmark:
     def config_from_args(self, args: argparse.Namespace) -> pydantic.BaseModel:
         """The only place a Namespace is read. Default: every Config field of the same name."""
         return self.Config(**{k: getattr(args, k) for k in self.Config.model_fields if getattr(args, k, None) is not None})
+
+    def for_model(self, config: Any, model: str | None) -> Any:
+        """``config`` for another checkpoint of a sweep: a copy whose model is ``model``.
+        Default: the ``model`` field replaced, when the benchmark takes a model and has one."""
+        if not self.takes_model or "model" not in getattr(type(config), "model_fields", {}):
+            return config
+        return config.model_copy(update={"model": model})
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=(), all=())

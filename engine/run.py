@@ -39,22 +39,11 @@ from .results import provenance as provenance_of
 # Heavy import: joblib (only with -j), inside the function that needs it.
 
 
-def run(
-    nodes: Graph | Iterable[Any],
-    resources: Mapping[str, Any] | ResourceSet | None = None,
-    *,
-    cache: Cache | str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    executor: Executor | None = None,
-    n_jobs: int = 1,
-    progress: bool | None = None,
-    force: bool = False,
-    batch_tokens: int | None = None,
-    provenance: dict | None = None,
-    deterministic: bool | None = None,
-    init_cache: bool = False,
-    lock_timeout: float | None = None,
-) -> RunResult:
+def run(nodes: Graph | Iterable[Any], resources: Mapping[str, Any] | ResourceSet | None = None, *,
+        cache: Cache | str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+        executor: Executor | None = None, n_jobs: int = 1, progress: bool | None = None, force: bool = False,
+        batch_tokens: int | None = None, provenance: dict | None = None, deterministic: bool | None = None,
+        init_cache: bool = False, lock_timeout: float | None = None) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
     ``cache`` is a :class:`Cache` or its folder (``cache_dir`` is the same, by its older
@@ -76,39 +65,43 @@ def run(
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
     settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic)
-    deterministic = settings["deterministic"]
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     served = plan(graph, rs)  # PlanError before anything is written, loaded or sent
     cache = Cache.open(cache if cache is not None else cache_dir)
     cache.claim(init=init_cache)  # a non-empty unmarked folder (~, the working directory) is never adopted
+    return execute(graph, rs, cache, executor or Executor(cache=cache.requests, **settings), served,
+                   settings=settings, n_jobs=n_jobs, force=force, lock_timeout=lock_timeout,
+                   provenance=provenance, started=t0)
+
+
+def execute(graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, served: Plan, *,
+            settings: dict[str, Any], n_jobs: int = 1, force: bool = False, lock_timeout: float | None = None,
+            provenance: dict | None = None, started: float | None = None, fingerprinted: bool = False) -> RunResult:
+    """:func:`run`'s body, for a caller that planned (``served``), claimed ``cache`` and built ``executor``
+    itself (``session.py``), each once; ``fingerprinted``: set already (a rank's, in ``prepare``)."""
+    t0 = time.perf_counter() if started is None else started
+    deterministic = settings["deterministic"]
     cache.sweep()
     with cache.filehash.active():  # model files are hashed through this cache's memo
-        graph.fingerprint(rs, execution="deterministic" if deterministic else None, served=served)
+        if not fingerprinted:
+            graph.fingerprint(rs, execution="deterministic" if deterministic else None, served=served)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node
             cache.check_writable([v.label for v in graph.order() if force or not cache.nodes.has(v.fingerprint)])
-        executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.lock_timeout, runner.plan = lock_timeout, served
         try:
             runner.go()
         finally:
             if cache.left_alone():  # newer-format or unreadable entries: said once, never overwritten
-                warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=2)
+                warnings.warn(cache.left_alone(), LeftAloneWarning, stacklevel=3)
         for key, backends in served.labels.items():  # run.json: which backend served each scorer
             if key in runner.records:
                 runner.records[key].backend = backends
         execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
         prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
-    return RunResult(
-        graph=graph,
-        cache=cache,
-        records=runner.records,
-        loaded=runner.values,
-        executor=executor.stats.summary(),
-        wall_seconds=time.perf_counter() - t0,
-        provenance=prov,
-    )
+    return RunResult(graph=graph, cache=cache, records=runner.records, loaded=runner.values,
+                     executor=executor.stats.summary(), wall_seconds=time.perf_counter() - t0, provenance=prov)
 
 
 def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...engine import Node
 from ...engine.benchmark import Benchmark, MetricMenu
-from ...engine.cli.types import positive_int
+from ...engine.argtypes import positive_int
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report, spec

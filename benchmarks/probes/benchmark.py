@@ -97,6 +97,10 @@ class ProbesBenchmark(Benchmark):
             temperature=args.temperature, top_p=args.top_p, chat_template=not args.no_chat_template,
             dtype=args.dtype, device=args.device)
 
+    def for_model(self, config: ProbesConfig, model: str | None) -> ProbesConfig:
+        """Another checkpoint of a sweep: ``--model`` is the generator."""
+        return config.model_copy(update={"generator": model}) if model else config
+
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=SHIPPED, all=tuple(PROBES), note="probes are chosen with --probes")
 

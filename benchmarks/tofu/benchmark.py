@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from ...engine import Rows
-from ...engine.cli.types import positive_int
+from ...engine.argtypes import positive_int
 from ...engine.render.clusters import Split
 from ..unlearning.benchmark import UnlearningBenchmark
 from . import spec

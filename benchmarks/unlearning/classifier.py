@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from ...engine.cli.types import positive_int
+from ...engine.argtypes import positive_int
 from .. import common
 
 #: the metrics that read ``classifier_model``, in every unlearning benchmark

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...engine import Node
 from ...engine.benchmark import Benchmark, MetricMenu
-from ...engine.cli.types import fraction, positive_int
+from ...engine.argtypes import fraction, positive_int
 from ...engine.render.report_html import RunFolder, Section
 from ...metrics.fairness.embeddings import WordVectorsResource, guess_format
 from ...metrics.fairness.lookup import LookupOptions
@@ -77,6 +77,11 @@ class WeatBenchmark(Benchmark):
             lookup=_lookup(args),
             settings=_settings(args),
         )
+
+    def for_model(self, config: WeatConfig, model: str | None) -> WeatConfig:
+        """Another checkpoint of a sweep; with --embeddings, --model is the other benchmarks' and
+        WEAT reads the file (``config_from_args`` said so already)."""
+        return config if config.embeddings else super().for_model(config, model)
 
     def metric_menu(self) -> MetricMenu:
         # default: every metric whose template takes the query (the config's metrics=None)

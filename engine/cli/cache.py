@@ -113,18 +113,18 @@ def cmd(args: argparse.Namespace) -> int:
     if len(args.fingerprint) > 1:
         print(f"evaldag: error: cache {args.action} takes at most one WHAT, got {len(args.fingerprint)}", file=sys.stderr)
         return 2
-    args.fingerprint = args.fingerprint[0] if args.fingerprint else None
+    what = args.fingerprint[0] if args.fingerprint else None
     try:
         cache = Cache(args.cache_dir, inspect=args.action in LOOK)
         if args.action in LOOK:
             require_marker(cache.root)
-        return _action(args, cache)
+        return _action(args, cache, what)
     except NotACache as e:  # not a cache folder, an empty path
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
 
 
-def _action(args: argparse.Namespace, cache: Cache) -> int:
+def _action(args: argparse.Namespace, cache: Cache, what: str | None) -> int:
     store = cache.nodes
     if args.action == "info":
         print(json.dumps(cache.info(), indent=2))
@@ -142,9 +142,9 @@ def _action(args: argparse.Namespace, cache: Cache) -> int:
     elif args.action == "runs":
         return list_runs(cache)
     elif args.action == "explain":
-        if not args.fingerprint:
+        if not what:
             raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
-        return explain(store, args.fingerprint)
+        return explain(store, what)
     elif args.action == "verify":
         return verify(cache, args)
     elif args.action == "clear":

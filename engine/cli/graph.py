@@ -23,8 +23,9 @@ from ..report import benchmarks_of, runs_of, splits_of
 from ..resources import ResourceSet
 from ..sweepdir import run_folders
 from ..views import from_graph, runs_view
-from .models import add_model_option, for_model, model_specs
-from .run import BENCH_OPTIONS_HINT, config_error, configs
+from ..options import add_model_option, configs, model_specs
+from ..session import config_error
+from .run import BENCH_OPTIONS_HINT
 
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
@@ -53,10 +54,9 @@ def plan_view(args: argparse.Namespace):
     models = model_specs(args)
     if len(models) > 1:
         raise ValueError(f"--model: a plan is drawn for one checkpoint, got {len(models)}")
-    args = for_model(args, models[0])
     nodes, resources = [], {}
     bound = bool(args.cache_dir)  # every benchmark's resources, so fingerprints and cache status
-    for b, cfg in zip(benches, configs(args, benches)):
+    for b, cfg in zip(benches, configs(args, benches, models[0])):
         if args.cache_dir:  # cache status needs the resources' fingerprints: data and model paths
             try:
                 n, res = b.build(cfg)

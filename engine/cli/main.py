@@ -28,26 +28,11 @@ from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
+from ..options import Parser
 from . import cache, compare, export, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
 COMMANDS_GROUP = "evaldag.commands"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``evaldag: error: argument --batch-tokens: ...``, exit 2.
-
-    Prefixes of long options are not accepted (``allow_abbrev=False``, inherited by every
-    sub-command's parser): ``--base`` must not silently set ``--base-model`` or
-    ``--adapter-base``, and adding an option must never change what an old command line means.
-    """
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"evaldag: error: {message} (see `{self.prog} --help`)\n")
 
 
 def parser(benchmarks: list[str] | None = None, command: str | None = None, top_help: bool = False) -> argparse.ArgumentParser:

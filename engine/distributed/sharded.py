@@ -34,7 +34,7 @@ from ..batching import Budget, padded_tokens
 from ..cache import Cache, Entry, History, NodeStore
 from ..cache.nodes import NoLock
 from ..executor import Executor, ExecutorStats, KindStats
-from ..planner import plan
+from ..planner import Plan, plan
 from ..graph import Graph
 from ..resources import ResourceSet
 from .group import Group, partition
@@ -230,14 +230,16 @@ class RankHistory:
             self.history.remember(name, components)
 
 
-def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, **executor_options: Any) -> tuple[Graph, Cache, ShardedExecutor]:
+def prepare(group: Group, nodes: Any, resources: Any, cache: Cache, served: Plan | None = None,
+            **executor_options: Any) -> tuple[Graph, Cache, ShardedExecutor]:
     """Check that every rank built the same plan, agree on the cached nodes, and return the
-    graph, this rank's view of the cache and a sharded executor, ready for ``run()``."""
+    graph (fingerprinted), this rank's view of the cache and a sharded executor, ready for
+    ``run.execute()``. ``served``: the planner's choice, when the caller has planned already."""
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     with cache.filehash.active():  # model files are hashed through this cache's memo
         graph.fingerprint(rs, execution="deterministic" if executor_options.get("deterministic") else None,
-                          served=plan(graph, rs))  # as run() will: a --fallback vertex keyed by its backend
+                          served=served if served is not None else plan(graph, rs))  # a --fallback vertex keyed by its backend
     order = graph.order()
     group.check_plan({v.fingerprint: v.label for v in order})
     fps = list(dict.fromkeys(v.fingerprint for v in order))

@@ -1,4 +1,4 @@
-"""``EvaldagCallback``: evaluate the model while it trains, through the CLI's own machinery.
+"""``EvaldagCallback``: evaluate the model while it trains, through the library's run driver.
 
 ::
 
@@ -185,7 +185,7 @@ class EvaldagCallback(TrainerCallback):
         if self._sharded:  # the planner's messages then say why a kind is missing
             name += f" ({self._sharded}: weights sharded over {self._group.world} ranks)"
         return HFModel.from_pretrained_objects(model, self.tokenizer, name=name, sharded=self._sharded,
-                                               attention_mask=self.evaluation.args.attention_mask, weights_digest=digest)
+                                               attention_mask=self.evaluation.attention_mask, weights_digest=digest)
 
     def _stop(self, control: Any, numbers: dict[str, float]) -> None:
         """``stop_when``: end training once the latest evaluation meets every condition."""
@@ -215,12 +215,12 @@ class EvaldagCallback(TrainerCallback):
             return False
         if not any((folder / n).is_file() for n in ("tokenizer.json", "vocab.json", "tokenizer_config.json")):
             self.tokenizer.save_pretrained(str(folder))  # the CLI needs it to read the checkpoint
-        cache = Cache(self.evaluation.args.cache_dir)
+        cache = Cache(self.evaluation.cache_dir)
         if cache.read_only:
             return False
         dtype = _DTYPES.get(str(model.dtype).replace("torch.", ""), "auto")
         with cache.filehash.active():  # the files hashed once, here: the later CLI run costs a stat
-            saved = HFModel(str(folder), dtype=dtype, attention_mask=self.evaluation.args.attention_mask).fingerprint()
+            saved = HFModel(str(folder), dtype=dtype, attention_mask=self.evaluation.attention_mask).fingerprint()
         if saved != memory_fp:
             aliases.record(cache.root, saved, memory_fp, str(folder))
         return True

@@ -1,16 +1,17 @@
 """One benchmark evaluated again and again on a model that changes: the callback's engine.
 
-:class:`StepEvaluation` turns the callback's keyword arguments into the command line
-``evaldag run BENCH --flag value ...`` would give (the CLI's own parser, so every option
-has the same name, default and check), validates it once before training starts, and
-then, at each step, runs it through the CLI's one-run path (``cli/run.py``: the same
-graph, planner, executor, cache, outputs and run log) with the Trainer's in-memory model
-in place of ``--model``'s folder. The retain and reference models are ordinary folders:
-their nodes and requests are cached at the first step and only read afterwards.
+:class:`StepEvaluation` reads the callback's keyword arguments as the options of
+``evaldag run BENCH --flag value ...`` (``options.py``, the run's one parse step: every
+option has the same name, default and check as on the command line), validates them once
+before training starts, and then, at each step, runs the library's one-run driver
+(``session.run_benchmarks``: the same graph, planner, executor, cache, outputs and run log)
+with the Trainer's in-memory model as the ``model`` resource. The retain and reference
+models are ordinary folders: their nodes and requests are cached at the first step and only
+read afterwards.
 
-``--model`` still names a folder, the one the tokenizer and config are read from (the
-chat-template and side-model checks read files): the model's own ``name_or_path`` when it
-holds a tokenizer, else ``OUTPUT_DIR/evaldag/model/`` with the config and the tokenizer
+The config's ``model`` still names a folder, the one the tokenizer and config are read from
+(the chat-template and side-model checks read files): the model's own ``name_or_path`` when
+it holds a tokenizer, else ``OUTPUT_DIR/evaldag/model/`` with the config and the tokenizer
 the Trainer was given (no weights). The benchmark is found through the registry; the
 engine imports no benchmark.
 """
@@ -19,21 +20,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import io
 import json
 from pathlib import Path
 from typing import Any
 
-from ..cli.added import added_metrics
-from ..cli.main import parser as cli_parser
-from ..cli.models import for_model
-from ..cli.run import _one, check_folders, config_error, configs
-from ..graph import Graph, GraphError
-from ..planner import plan
-from ..resources import ResourceSet
+from .. import options as run_options
+from ..graph import GraphError
 from ..redact import redact_argv
 from ..registry import BENCHMARKS
+from ..session import check_folders, check_serves, config_error, run_benchmarks
 
 #: options the callback owns: the model is the Trainer's, the output folder is per step
 OWNED = {"model": "the Trainer's model is evaluated", "out": "each step writes OUTPUT_DIR/evaldag/step-<N>/",
@@ -64,15 +62,18 @@ def to_argv(options: dict[str, Any]) -> list[str]:
 
 
 def parse(benchmark: str, argv: list[str]) -> argparse.Namespace:
-    """The CLI's parser on ``run BENCH ARGV``; its one error line as a ValueError."""
+    """``evaldag run BENCH ARGV``'s parser on ``ARGV``; its one error line as a ValueError."""
     if benchmark not in BENCHMARKS:
         close = difflib.get_close_matches(benchmark, BENCHMARKS.names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(BENCHMARKS.names())}"
         raise ValueError(f"EvaldagCallback: unknown benchmark {benchmark!r}{hint}")
+    parser = run_options.Parser(prog="evaldag run", conflict_handler="resolve")
+    parser.set_defaults(benchmarks=[benchmark])
+    run_options.add_run_arguments(parser, [BENCHMARKS.get(benchmark)])
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return cli_parser([benchmark], command="run").parse_args(["run", benchmark, *argv])
+            return parser.parse_args(argv)
     except SystemExit:
         line = err.getvalue().strip().splitlines()[-1:] or ["bad options"]
         raise ValueError("EvaldagCallback: " + line[0].removeprefix("evaldag: error: ")) from None
@@ -113,49 +114,58 @@ class StepEvaluation:
         self.benchmark, self.root = benchmark, Path(root)
         options = {"quiet": True, **options}  # the Trainer's log is the place for numbers
         self.argv = to_argv(options)
-        self.args = parse(benchmark, self.argv)
+        self._args = parse(benchmark, self.argv)  # read only by options.py
+        self._parsed: run_options.Parsed | None = None
         self.bench = BENCHMARKS.get(benchmark)
         self.group_name = (self.bench.group or self.bench.name).upper()
 
+    @property
+    def parsed(self) -> run_options.Parsed:
+        """The options and the benchmark's config, typed (read once; OSError / ValueError)."""
+        if self._parsed is None:
+            self._parsed = run_options.read(self._args, [self.bench])
+        return self._parsed
+
+    @property
+    def cache_dir(self) -> str | None:
+        return self.parsed.options.cache_dir
+
+    @property
+    def attention_mask(self) -> str:
+        return getattr(self.parsed.configs[0], "attention_mask", "reference")
+
     def metric_names(self) -> tuple[str, ...]:
-        """The metrics this evaluation computes (its --metrics), else the benchmark's whole menu."""
-        try:
-            return tuple(self.bench.metrics_from_args(self.args)) or tuple(self.bench.metric_menu().all)
-        except (ValueError, AttributeError):
-            return tuple(self.bench.metric_menu().all)
+        """The metrics this evaluation computes (its metrics=), else the benchmark's whole menu."""
+        return run_options.metric_names(self.bench, self._args)
+
+    def configs(self, folder: Path) -> list[Any]:
+        """The benchmark's config with ``folder`` as its model."""
+        return [self.bench.for_model(self.parsed.configs[0], str(folder))]
 
     def check(self, folder: Path) -> None:
         """Every option and file checked as the CLI checks them, before training starts."""
-        args = self.for_folder(folder)
         try:
-            check_folders(args.cache_dir, self.root / "step-0")
-            configs(args, [self.bench])
+            check_folders(self.parsed.options.cache_dir, self.root / "step-0")
+            self.configs(folder)
         except (OSError, ValueError) as e:
             raise ValueError(f"EvaldagCallback: {config_error(e)}") from None
 
     def check_serves(self, folder: Path, resource: Any) -> None:
         """What ``resource`` (the in-memory model) cannot serve, refused before training starts,
         in the planner's one line: weights split over ranks serve fewer request kinds."""
-        args = self.for_folder(folder)
         try:
-            cfg = configs(args, [self.bench])[0]
-            nodes, resources = self.bench.build(cfg)
-            nodes += added_metrics(args.add_metric, resources, [(self.bench, cfg)])
-            plan(Graph(nodes), ResourceSet({**resources, "model": resource}))
+            check_serves([self.bench], self.configs(folder),
+                         dataclasses.replace(self.parsed.options, resources={"model": resource}))
         except (GraphError, OSError, ValueError) as e:  # a --fallback folder is not the weights being trained
             line = config_error(e).replace("or add --fallback hf:DIR", "or evaluate the saved checkpoints with the CLI")
             raise ValueError(f"EvaldagCallback: {line}") from None
 
-    def for_folder(self, folder: Path) -> argparse.Namespace:
-        return for_model(self.args, str(folder))
-
     def run(self, folder: Path, resource: Any, step: int, group: Any) -> tuple[int, Path]:
         """One evaluation of ``resource`` (the in-memory model) into ``ROOT/step-<step>/``; the exit code."""
-        args = self.for_folder(folder)
-        args.in_memory = {"model": resource}
-        args.command_line = redact_argv(["evaldag", "run", self.benchmark, *self.argv, "--model", f"<in memory, step {step}>"])
         out = self.root / f"step-{step}"
-        return _one(args, [self.bench], group, out, report=True), out
+        command = redact_argv(["evaldag", "run", self.benchmark, *self.argv, "--model", f"<in memory, step {step}>"])
+        options = dataclasses.replace(self.parsed.options, out=out, resources={"model": resource}, command=tuple(command))
+        return run_benchmarks([self.bench], self.configs(folder), options, group).code, out
 
     def summary(self, out: Path) -> dict[str, float]:
         """The headline numbers of a finished step: the SUMMARY's values that are numbers."""

@@ -127,14 +127,14 @@ def test_metric_group_words_are_not_metric_names():
 def test_editing_and_tofu_options_parse_together(order):
     """Either order of benchmarks on one command line gives both their options (the shared ones once)."""
     from evaldag.engine.cli.main import parser
-    from evaldag.engine.cli.models import for_model, model_specs
+    from evaldag.engine.options import read
 
     parsed = parser(list(order), command="run").parse_args(
         ["run", *order, "--model", "m", "--base-model", "b", "--retain-model", "r", "--trace-samples", "3", "--ppl-per-text"])
-    args = for_model(parsed, *model_specs(parsed))  # as `evaldag run` hands each run its checkpoint
-    assert (args.model, args.base_model, args.retain_model, args.trace_samples) == ("m", "b", "r", 3)
-    cfg = BENCHMARKS.get("editing").config_from_args(args)
+    run = read(parsed, [BENCHMARKS.get(b) for b in order])  # as `evaldag run` reads each benchmark's config
+    cfg = run.configs[order.index("editing")]
     assert cfg.model == "m" and cfg.base_model == "b" and cfg.trace_samples == 3 and cfg.ppl_per_text is True
+    assert run.configs[order.index("tofu")].retain_model == "r" and run.sweep.models == ("m",)
     ppl = [n for n in spec.nodes(cfg) if n.name.startswith("perplexity")]
     assert len(ppl) == 3 and all(n.params.per_text for n in ppl)
 

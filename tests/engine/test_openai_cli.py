@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evaldag.engine.cli.sweep import expand_models, folder_names
+from evaldag.engine.sweep_plan import expand_models, folder_names
 
 from ..servers import TOFU_TINY, VLLM_KEY
 

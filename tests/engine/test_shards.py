@@ -21,7 +21,7 @@ from evaldag.engine import Cache, cli, run
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine.cache import RequestStore
 from evaldag.engine.cache.codec import pack
-from evaldag.engine.cli.sweep import folder_names, take_shard
+from evaldag.engine.sweep_plan import folder_names, take_shard
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import TokenStats
 from evaldag.benchmarks import toy

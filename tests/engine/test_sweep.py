@@ -9,7 +9,7 @@ from safetensors.numpy import load_file, save_file
 
 from evaldag.engine import cli
 from evaldag.engine.adapters.hf import HFModel
-from evaldag.engine.cli.sweep import expand_models, folder_names
+from evaldag.engine.sweep_plan import expand_models, folder_names
 
 FIX = Path(__file__).parents[1] / "fixtures"
 TINY = FIX / "tiny-llama"

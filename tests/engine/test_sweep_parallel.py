@@ -85,7 +85,7 @@ def test_two_ranks_with_whole_checkpoints_give_the_one_process_sweep(tmp_path):
 
 
 def test_adapters_of_different_bases_run_grouped_by_base_and_the_plan_says_so(tmp_path):
-    from evaldag.engine.cli.sweep_run import by_base
+    from evaldag.engine.sweep_plan import by_base
 
     def adapter(name: str, base: str) -> str:
         (tmp_path / name).mkdir()

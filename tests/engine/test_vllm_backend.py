@@ -334,7 +334,7 @@ def test_base_without_lora_support_at_engine_start_is_one_line(monkeypatch):
 
 def test_sweep_groups_vllm_adapters_by_base(server_model, tmp_path):
     """``vllm:ADAPTER_DIR`` specs are grouped by base like ``hf:`` adapters (one LoRA engine per group)."""
-    from evaldag.engine.cli.sweep_run import by_base
+    from evaldag.engine.sweep_plan import by_base
 
     mdir = Path(server_model[0])
     a, b = _fake_adapter(tmp_path / "a", mdir), _fake_adapter(tmp_path / "b", mdir)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaldag.engine.cli.added import classify
+from evaldag.engine.added import classify
 from evaldag.engine.cli.main import main
 
 FIX = Path(__file__).parents[1] / "fixtures"

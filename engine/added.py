@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..menu import did_you_mean
-from ..declare import REGISTRY, DeclarationError, MetricDef, Node
-from ..graph import Graph, GraphError
+from .menu import did_you_mean
+from .declare import REGISTRY, DeclarationError, MetricDef, Node
+from .graph import Graph, GraphError
 
 DEFAULT_SPLIT = "forget"
 
