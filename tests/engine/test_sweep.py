@@ -66,8 +66,8 @@ def test_a_sweep_runs_each_checkpoint_forwards_the_retain_model_once_and_writes_
 
 def test_the_cli_owns_model_and_hands_each_run_one_checkpoint(tmp_path, capsys):
     """`--model` has one owner: the run command declares it (repeatable) when a named benchmark
-    `takes_model`; each run's Namespace holds one checkpoint in `model` and the parsed
-    Namespace keeps the list. A benchmark that takes no model has no `--model` at all."""
+    `takes_model`; the config is read once with the first checkpoint in `model`, and each
+    checkpoint runs a copy of it. A benchmark that takes no model has no `--model` at all."""
     import argparse
 
     import pytest
@@ -79,6 +79,7 @@ def test_the_cli_owns_model_and_hands_each_run_one_checkpoint(tmp_path, capsys):
     from evaldag.engine.registry import BENCHMARKS
 
     seen: list = []
+    built: list = []
 
     class SeenConfig(BaseModel):
         model: str | None = None
@@ -95,6 +96,7 @@ def test_the_cli_owns_model_and_hands_each_run_one_checkpoint(tmp_path, capsys):
             return MetricMenu(default=("toy_probability",), all=("toy_probability",))
 
         def build(self, cfg: SeenConfig):
+            built.append(cfg.model)
             return toy.nodes(cfg.metrics), toy.resources()
 
     BENCHMARKS.add(ModelSeen)
@@ -103,7 +105,8 @@ def test_the_cli_owns_model_and_hands_each_run_one_checkpoint(tmp_path, capsys):
         argv = ["run", "modelseen", "--model", "ckpt-a", "--model", "ckpt-b", "--out", str(out),
                 "--cache-dir", str(tmp_path / "cache"), "--quiet"]
         assert cli.main(argv) == 0
-        assert seen == [("ckpt-a", "absent"), ("ckpt-b", "absent")]  # one checkpoint each, a string
+        assert seen == [("ckpt-a", "absent")]  # the Namespace read once, the first checkpoint a string
+        assert built == ["ckpt-a", "ckpt-b"]  # each checkpoint's run: a copy of the config (Benchmark.for_model)
         assert (out / "ckpt-a" / "TOY_EVAL.json").is_file() and (out / "ckpt-b" / "TOY_EVAL.json").is_file()
         # declared once, by the CLI, for every benchmark that takes a model (TOFU's, WEAT's, EDITING's shared flags too)
         args = parser(["tofu", "weat", "editing", "modelseen"], command="run").parse_args(
