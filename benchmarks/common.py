@@ -6,7 +6,7 @@ command-line flags and :func:`model_options` reads them back into config fields 
 only Namespace reading, called from each benchmark's ``config_from_args``.
 
 ``--model`` itself is not declared here: a benchmark that evaluates a model sets
-``takes_model = True`` and the command line owns the flag (``engine/cli/models.py``:
+``takes_model = True`` and the command line owns the flag (``engine/options.py``:
 repeatable, a sweep), handing each run a Namespace whose ``model`` is one checkpoint.
 """
 

@@ -31,7 +31,7 @@ class UnlearningBenchmark(Benchmark):
     default_metrics: ClassVar[tuple[str, ...]] = ()
     mia_metrics: ClassVar[tuple[str, ...]] = ()
     resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID"}
-    takes_model = True  # --model is the CLI's (engine/cli/models.py); model_options reads args.model
+    takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()), groups={"mia": self.mia_metrics})

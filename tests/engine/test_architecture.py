@@ -9,6 +9,7 @@ and imports are read from the source with an AST scan (``test_import_cycles.impo
 relative imports resolved to ``evaldag.*`` module names), not by eye.
 """
 
+import ast
 import functools
 import re
 import tomllib
@@ -166,3 +167,91 @@ def test_benchmarks_import_the_shared_layer_never_each_other():
             if lb is not None and la != lb:
                 bad.append(f"{a} -> {b}" + ("  (shared -> leaf)" if la is None else "  (leaf -> leaf)"))
     assert not bad, "benchmarks/ imports against the layering:\n" + "\n".join(sorted(bad))
+
+
+# -- one library driver under the front ends --------------------------------------------------
+def test_never_the_front_ends_into_each_other_nor_the_engine_into_the_cli():
+    """`cli/` and `integrations/` are front ends of the library driver (`session.py`): the Trainer
+    callback imports nothing of `cli/`, and no engine module outside `cli/` (nor a plugin) does."""
+    e = "evaldag.engine"
+    assert not _edges(f"{e}.integrations", f"{e}.cli"), _edges(f"{e}.integrations", f"{e}.cli")
+    bad = [x for x in _edges("evaldag", f"{e}.cli") if not x.startswith(f"{e}.cli")]
+    assert not bad, "imports of cli/ from outside it:\n" + "\n".join(bad)
+
+
+PARSE_STEP = {"engine/options.py"}  # the one place a run's Namespace is read into typed values
+
+
+def _namespace_functions(trees: dict[str, "ast.Module"]) -> set[str]:
+    """Names of functions (and methods) annotated to return an ``argparse.Namespace``."""
+    return {fn.name for tree in trees.values() for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.returns is not None
+            and "Namespace" in ast.unparse(fn.returns)}
+
+
+def namespace_writes(tree: "ast.Module", returning: set[str]) -> list[str]:
+    """``X.attr = ...`` / ``X.attr += ...`` / ``setattr(X, ...)`` where X is a Namespace inside a
+    function: a parameter annotated so, or a name bound to ``parse_args(...)``,
+    ``argparse.Namespace(...)`` or a call of a function in ``returning``."""
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        names = {a.arg for a in params if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                func = node.value.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in ("parse_args", "Namespace") or called in returning:
+                    names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            out += [f"{fn.name}: {ast.unparse(t)}" for t in targets
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in names]
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in names:
+                out.append(f"{fn.name}: setattr({node.args[0].id}, ...)")
+    return out
+
+
+def test_no_namespace_attribute_is_written_after_parsing():
+    """argparse's Namespace is read once (`options.py`) and never written: what a run adds
+    (its command line, a sweep's provenance, the callback's in-memory model) is typed
+    (`session.RunOptions`), so no module learns a run's settings from a Namespace attribute."""
+    trees = {f.relative_to(ROOT).as_posix(): ast.parse(f.read_text()) for top in TOPS for f in (ROOT / top).rglob("*.py")}
+    returning = _namespace_functions(trees)
+    bad = [f"{path}: {w}" for path, tree in sorted(trees.items()) if path not in PARSE_STEP
+           for w in namespace_writes(tree, returning)]
+    assert not bad, "a Namespace written after parsing:\n" + "\n".join(bad)
+
+
+def test_the_namespace_check_can_fail():
+    """What the previous check looks for, found in code that does it."""
+    src = '''
+import argparse
+def cmd(args: argparse.Namespace, argv):
+    args.command_line = argv
+def for_folder(self, folder) -> argparse.Namespace: ...
+def run(self, folder):
+    args = self.for_folder(folder)
+    args.in_memory = {"model": 1}
+    setattr(args, "x", 1)
+def fine(trainer_args):
+    trainer_args.output_dir = "x"
+'''
+    tree = ast.parse(src)
+    assert namespace_writes(tree, _namespace_functions({"x": tree})) == \
+        ["cmd: args.command_line", "run: args.in_memory", "run: setattr(args, ...)"]
+
+
+def test_only_the_parse_step_reads_a_benchmarks_config_from_a_namespace():
+    """`config_from_args` and `metrics_from_args` are called by `options.py` alone (and by a
+    benchmark's own `config_from_args`, on itself)."""
+    calls = [f"{f.relative_to(ROOT)}: {ast.unparse(n.func)}" for top in TOPS for f in sorted((ROOT / top).rglob("*.py"))
+             if f.relative_to(ROOT).as_posix() not in PARSE_STEP
+             for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr in ("config_from_args", "metrics_from_args")
+             and ast.unparse(n.func.value) not in ("self", "super()")]  # a benchmark's own, inside config_from_args
+    assert not calls, calls
