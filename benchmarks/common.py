@@ -7,7 +7,8 @@ only Namespace reading, called from each benchmark's ``config_from_args``.
 
 ``--model`` itself is not declared here: a benchmark that evaluates a model sets
 ``takes_model = True`` and the command line owns the flag (``engine/options.py``:
-repeatable, a sweep), handing each run a Namespace whose ``model`` is one checkpoint.
+repeatable, a sweep), reading the configs with the first checkpoint as ``model`` (each checkpoint of a sweep runs a
+copy: ``Benchmark.for_model``).
 """
 
 from __future__ import annotations

@@ -81,6 +81,17 @@ def test_quick_start_python_example_runs(tmp_path, monkeypatch):
     # the fixture target against the fixture retain model: open-unlearning's own forget quality
     assert ns["result"]["TOFU/forget_quality"].agg_value == pytest.approx(1.8880552265017844e-06, rel=1e-2)
     assert (tmp_path / "results" / "TOFU_SUMMARY.json").exists()
+    # the library driver beside run(): one run, then a sweep of two checkpoints with a select rule
+    (tmp_path / "ckpts").mkdir()
+    for name, target in (("step-100", "target"), ("step-200", "retain")):
+        (tmp_path / "ckpts" / name).symlink_to(fix / "tiny-llama" / target)
+    driver = re.search(r"the command line is one call of it:\n\n```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(driver, "quick-start.md", "exec"), ns)
+    assert ns["outcome"].code == 0
+    assert json.loads((tmp_path / "results" / "TOFU_SUMMARY.json").read_text())["forget_quality"] == \
+        pytest.approx(1.8880552265017844e-06, rel=1e-2)
+    selected = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["selected"]
+    assert selected["checkpoints"] == ["step-200"]  # the retain model against itself: forget quality 1
 
 
 def test_writing_a_benchmark_retain_recipe_runs(tmp_path, monkeypatch):
