@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -166,21 +166,28 @@ class HiddenStates(Request):
 # ----------------------------------------------------------------------------- results
 
 
+class ArrayResult:
+    """A request's result as the request store and the ranks' exchange keep it: named arrays
+    (:meth:`to_arrays`), read back by :meth:`from_arrays` (with the JSON ``meta()`` a result
+    may add). Default: every dataclass field is an array, stored under its name, in order; a
+    result with other fields (text, a float) overrides both."""
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> Any:
+        return cls(*(arrays[f.name] for f in fields(cls)))  # type: ignore[arg-type]
+
+
 @dataclass
-class TokenStatsResult:
+class TokenStatsResult(ArrayResult):
     """Arrays of length ``len(continuation_ids)``: logprob, argmax, mu, var (float32/int32)."""
 
     logprob: np.ndarray
     argmax: np.ndarray
     mu: np.ndarray
     var: np.ndarray
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"logprob": self.logprob, "argmax": self.argmax, "mu": self.mu, "var": self.var}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "TokenStatsResult":
-        return cls(arrays["logprob"], arrays["argmax"], arrays["mu"], arrays["var"])
 
 
 def pack_token_stats(results: "list[TokenStatsResult]") -> dict[str, np.ndarray]:
@@ -210,7 +217,7 @@ def unpack_token_stats(packed: dict[str, np.ndarray]) -> "list[TokenStatsResult]
 
 
 @dataclass
-class GenerateResult:
+class GenerateResult(ArrayResult):
     """New token ids (without the prompt, without padding) and their decoded text.
 
     ``nonfinite``: some step's logits held a NaN or an infinity, so the tokens are an
@@ -246,17 +253,10 @@ def nonfinite_output(result: Any) -> bool:
 
 
 @dataclass
-class HiddenStatesResult:
+class HiddenStatesResult(ArrayResult):
     """``states[i]`` is the ``[len(ids), hidden]`` array at ``layers[i]``."""
 
     states: np.ndarray
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"states": self.states}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "HiddenStatesResult":
-        return cls(arrays["states"])
 
 
 # ----------------------------------------------------------------------------- the kind registry

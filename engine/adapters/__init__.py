@@ -1,8 +1,10 @@
 """Model adapters: the only code that turns text into ids and runs weights.
 
-``base`` holds the protocols every backend implements; ``hf`` the transformers backend;
-``testing`` tiny in-process models for tests and the demo. Importing this package does
-not import torch or transformers.
+``base`` holds the protocols every backend implements (re-exported from ``backend.py``);
+``hf`` and its ``hf_*`` modules the transformers backend; ``openai_*`` a served model over
+HTTP; ``vllm_*`` an in-process vLLM engine; ``toy`` a numpy model for tests and the demo;
+``spec`` turns a model spec (``hf:DIR``, ``openai:URL``, ``replay:FILE``) into a resource.
+Importing this package does not import torch or transformers.
 """
 
 from .base import Encoded, Encoder, ModelAdapter, ModelResource, OutOfMemory, PromptTemplate

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...engine.adapters.hf_adapter import HFAdapter
 from ...engine.adapters.layer_names import layer_names
-from ...engine.requests import Request, register_kind
+from ...engine.requests import ArrayResult, Request, register_kind
 
 
 @dataclass(frozen=True)
@@ -51,17 +51,10 @@ class DownProjKeys(Request):
 
 
 @dataclass
-class DownProjKeysResult:
+class DownProjKeysResult(ArrayResult):
     """``keys[i]``: the input at the i-th asked position (every position when none were asked), float32."""
 
     keys: np.ndarray
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"keys": self.keys}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "DownProjKeysResult":
-        return cls(arrays["keys"])
 
 
 def run_keys(adapter: Any, reqs: Sequence[DownProjKeys]) -> list[DownProjKeysResult]:

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...engine.requests import Request, register_kind
+from ...engine.requests import ArrayResult, Request, register_kind
 
 STORED_BYTES = 1 << 20  # 1 MiB: a 30-token prompt of a 8k vocabulary is stored, a 128k one is not
 
@@ -39,17 +39,10 @@ class TokenLogits(Request):
 
 
 @dataclass
-class TokenLogitsResult:
+class TokenLogitsResult(ArrayResult):
     """``logits[t]`` is the model's output after ``ids[: t + 1]`` (``len(ids) x vocab``)."""
 
     logits: np.ndarray
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"logits": self.logits}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "TokenLogitsResult":
-        return cls(arrays["logits"])
 
 
 register_kind(TokenLogits, TokenLogitsResult)

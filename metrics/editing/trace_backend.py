@@ -29,7 +29,7 @@ import numpy as np
 
 from ...engine.adapters.hf_adapter import HFAdapter
 from ...engine.adapters.layer_names import layer_names, num_layers
-from ...engine.requests import Request, register_kind
+from ...engine.requests import ArrayResult, Request, register_kind
 
 @dataclass(frozen=True)
 class CausalTrace(Request):
@@ -84,7 +84,7 @@ class CausalTrace(Request):
 
 
 @dataclass
-class CausalTraceResult:
+class CausalTraceResult(ArrayResult):
     """P(answer) averaged over the corrupted copies, the clean run's P(answer), the answer, the layer count."""
 
     prob: float

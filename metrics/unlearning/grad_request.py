@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...engine.requests import Request, register_kind
+from ...engine.requests import ArrayResult, Request, register_kind
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class GradNorm(Request):
 
 
 @dataclass
-class GradNormResult:
+class GradNormResult(ArrayResult):
     value: float
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ...engine.adapters.hf_adapter import HFAdapter
-from ...engine.requests import Request, register_kind
+from ...engine.requests import ArrayResult, Request, register_kind
 from .open_unlearning_compat_core import find_handler, plain
 
 
@@ -46,7 +46,7 @@ class HandlerCall(Request):
 
 
 @dataclass
-class HandlerCallResult:
+class HandlerCallResult(ArrayResult):
     """The handler's returned dict, as JSON bytes (values stay exactly what the handler returned)."""
 
     text: str
