@@ -570,7 +570,7 @@ class Campaign:
         """
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("_hostile", ROOT / "tests" / "engine" / "test_hostile_render.py")
+        spec = importlib.util.spec_from_file_location("_hostile", ROOT / "tests" / "engine" / "test_render_untrusted.py")
         hr = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(hr)
         d = self.trial_dir()

@@ -1,4 +1,4 @@
-"""Issue 26, outputs: --out over an input, sets torn by a signal, another run's files, secrets.
+"""Output folders in hostile hands: --out over an input, sets torn by a signal, another run's files, secrets.
 
 Each case sets up the hostile folder the issue describes, runs the real CLI and checks
 the bytes left on disk and the one line printed.

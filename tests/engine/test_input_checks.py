@@ -1,5 +1,6 @@
-"""Issue 25, second part (the first hour of a new user): items 1, 2, 4, 12, 14. Each case
-runs the user's command and asserts the message or the file it leaves."""
+"""A run's inputs checked up front: missing model and data paths, the reference model's default,
+a zero model utility or a NaN named by its input, tokenizers without a pad token or with another
+vocabulary. Each case runs the user's command and asserts the message or the file it leaves."""
 
 from __future__ import annotations
 

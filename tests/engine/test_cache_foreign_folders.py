@@ -1,4 +1,4 @@
-"""A cache in hostile hands (issue 26, items 5, 6, 7, 13): a folder that is not a cache, an entry a
+"""A cache in hostile hands: a folder that is not a cache, an entry a
 newer evaldag wrote, another user's entries we cannot read, a lock held by a stopped process."""
 
 import json

@@ -1,4 +1,4 @@
-"""Hostile models (issue 26): weights replaced between fingerprint and load, an embedding
+"""Hostile models: weights replaced between fingerprint and load, an embedding
 smaller than the tokenizer, NaN weights. Each is either refused with one line (exit 2,
 nothing from the model stored) or flagged on every metric it reaches."""
 

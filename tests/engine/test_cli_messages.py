@@ -1,5 +1,6 @@
-"""Issue 25 (the first hour of a new user): each case runs the user's command and asserts
-the message or the file it leaves (items 6, 7, 9 here; 3, 5, 8, 15 beside their benchmarks)."""
+"""What a new user's first commands say: a misspelled metric answered with the name meant,
+every option's help, help without a benchmark, and Ctrl-C in a run (one line, exit 130, a
+rerun resumes). Each case runs the user's command and asserts the message or the file it leaves."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 25, items 10, 11 and 13: a warm report as informative as the cold one, one vertex
-per fingerprint in every picture, and a sweep's --out folder that every command reads."""
+"""A warm report as informative as the cold one, one vertex per fingerprint in every picture,
+and a sweep's --out folder that every command reads."""
 
 import json
 from collections import Counter
