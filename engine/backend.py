@@ -10,8 +10,8 @@ A backend is two halves (docs/writing-a-backend.md):
   the members declared here: ``device``, ``dtype``, ``capabilities()``, ``batch_cost()``,
   ``budget_hint()``, ``group_budget()``, ``run_batch()`` and ``tokens_used()``.
 
-Why declared: the executor used to probe adapters with ``hasattr``; a backend author then
-had to read the executor to learn what to write. Here the base classes give every
+Why declared: an executor that probed adapters with ``hasattr`` would leave a backend
+author reading the executor to learn what to write. Here the base classes give every
 optional member a default, so a minimal backend writes ``run_batch`` and
 ``capabilities`` and nothing else.
 

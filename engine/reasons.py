@@ -5,7 +5,7 @@ the access key -- and each slot keeps the components of the fingerprint last sto
 in the cache's history. A node is remembered under all its slots, and read back from the
 newest record among them: an unnamed node shared by several metrics (TOFU's ``qa_stats``)
 finds its history whichever of them a run asks for, so a new checkpoint never says ``new``
-for a node that ran before under another metric set (issue 25, item 15).
+for a node that ran before under another metric set.
 
 When a node is not in the store, the first component that differs from that record names
 the reason, checked in this order: ``corrupt-entry`` (the stored entry failed its

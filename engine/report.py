@@ -28,7 +28,7 @@ from .redact import redact_text
 from .render.report_html import RunFolder, load_run_folder
 from .render.report_html import build_report_html as _build_page
 from .results import RunResult
-from .training_report import TrainingCurves  # metric against step, the trade-off figure (issue 32)
+from .training_report import TrainingCurves  # metric against step, the trade-off figure
 
 
 def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
