@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
 
 def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     if args.launcher == "torchrun":
-        return launch.exec_torchrun(argv or [], args)
+        return launch.exec_torchrun(argv or [], nproc_per_node=args.nproc_per_node, nnodes=args.nnodes,
+                                    rdzv_endpoint=args.rdzv_endpoint)
     benches = [BENCHMARKS.get(n) for n in args.benchmarks]
     try:
         # run.json names the command as typed (also when main() is called from Python), secrets masked

@@ -33,23 +33,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "over all ranks; 'auto' (default): checkpoints when there are at least as many as ranks")
 
 
-def torchrun_command(argv: list[str], args: argparse.Namespace) -> list[str]:
+def torchrun_command(argv: list[str], nproc_per_node: str = "1", nnodes: str = "1",
+                     rdzv_endpoint: str | None = None) -> list[str]:
     """The torchrun command line equivalent to ``evaldag <argv>`` with the launcher options."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc_per_node)]
-    if str(args.nnodes) == "1":
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
+    if str(nnodes) == "1":
         cmd.append("--standalone")  # one node: a rendezvous on localhost at a free port
     else:
-        if not args.rdzv_endpoint:
+        if not rdzv_endpoint:
             raise SystemExit("evaldag: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
-        cmd += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
+        cmd += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
                 "--rdzv-id", os.environ.get("EVALDAG_RDZV_ID", "evaldag")]
     return [*cmd, "-m", "evaldag.engine.cli", *_without_launch_options(argv)]
 
 
-def exec_torchrun(argv: list[str], args: argparse.Namespace) -> int:  # pragma: no cover - replaces the process
+def exec_torchrun(argv: list[str], **launcher: Any) -> int:  # pragma: no cover - replaces the process
+    """Replace this process with torchrun running ``evaldag <argv>`` (``launcher``: :func:`torchrun_command`'s options)."""
     if launched():
         raise SystemExit("evaldag: --launcher torchrun inside a torchrun job; drop --launcher")
-    cmd = torchrun_command(argv, args)
+    cmd = torchrun_command(argv, **launcher)
     os.execv(cmd[0], cmd)
     return 0
 

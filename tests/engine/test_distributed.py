@@ -90,7 +90,7 @@ def test_partition_carries_the_load_across_groups():
 def test_launcher_hands_torchrun_the_same_command_without_its_own_options():
     argv = [*ARGS, "--launcher", "torchrun", "--nproc-per-node=2"]
     args = parser(["tofu"]).parse_args(argv)
-    cmd = torchrun_command(argv, args)
+    cmd = torchrun_command(argv, args.nproc_per_node, args.nnodes, args.rdzv_endpoint)
     assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     assert cmd[5:] == ["--standalone", "-m", "evaldag.engine.cli", *ARGS]
 
