@@ -22,7 +22,9 @@ Errors the user can cause are one ``evaldag: error:`` line and exit code 2; unde
 every rank learns of one rank's failure (:func:`agree`), so none waits in a collective.
 
 ``RunOptions.events`` is where a run says what it is doing (``plan``, ``run``, ``written``):
-a callable that receives each :class:`Event`; the command line renders what it is given.
+a callable that receives each :class:`Event`. It is the home of what a front end shows of a
+long run -- the plan, a cost estimate, progress, a request to stop -- so that the driver and
+the executor emit and the command line or a notebook only renders.
 """
 
 from __future__ import annotations
