@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
@@ -52,6 +52,15 @@ class ModelOptions(BaseModel):
     backend_options: dict[str, dict[str, Any]] = {}
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _template_as_the_flags_take_it(cls, value: Any) -> Any:
+        """What ``--template`` and ``--template-args`` take works here too: ``"plain"``, ``"chat"``,
+        or an open-unlearning ``template_args`` file (a Python user writes what the flag says)."""
+        if isinstance(value, (str, Path)):
+            return template_from_text(str(value))
+        return value
 
 
 class RetainOptions(ModelOptions):
@@ -143,6 +152,18 @@ def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prom
             p.add_argument(*names, **kw)
         except argparse.ArgumentError:  # declared already by another benchmark of this command
             pass
+
+
+def template_from_text(text: str) -> PromptTemplate:
+    """``plain``, ``chat`` or a ``template_args`` file, as the command line spells a template."""
+    if text == "plain":
+        return PromptTemplate.plain()
+    if text == "chat":
+        return PromptTemplate.chat()
+    if Path(text).is_file():
+        return load_template_args(text)
+    raise ValueError(f"template {text!r}: give 'plain', 'chat', an open-unlearning template_args file "
+                     "(a model config YAML/JSON) or a PromptTemplate")
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
