@@ -27,8 +27,9 @@ from ..engine.adapters.hf import HFModel, is_adapter_dir
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
+from ..engine.cli.types import limit as limit_type
 from ..engine.registry import BENCHMARKS
-from .template_args import load_template_args
+from .template_args import load_template_args, template_from_text
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
 RESOURCE_FLAGS = {"model": "--model DIR", "retain_model": "--retain-model DIR", "reference_model": "--reference-model DIR"}
@@ -141,6 +142,20 @@ PROMPT_FLAGS = (
 )
 
 
+LIMIT_FLAG = _flag("--limit", type=limit_type, default=None, metavar="N",
+                   help="the first N rows of every split (TOFU, MUSE) or documents of every task (lmeval); "
+                        "a fraction of each below 1 (lm-evaluation-harness's --limit); recorded in run.json")
+
+
+def add_limit_argument(p: argparse.ArgumentParser) -> None:
+    """``--limit``: one declaration with one meaning for every benchmark that takes it."""
+    names, kw = LIMIT_FLAG
+    try:
+        p.add_argument(*names, **kw)
+    except argparse.ArgumentError:
+        pass
+
+
 def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prompt: bool = True) -> None:
     """The model flags (and, for a language-model benchmark, the retain side and the prompt).
 
@@ -152,18 +167,6 @@ def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prom
             p.add_argument(*names, **kw)
         except argparse.ArgumentError:  # declared already by another benchmark of this command
             pass
-
-
-def template_from_text(text: str) -> PromptTemplate:
-    """``plain``, ``chat`` or a ``template_args`` file, as the command line spells a template."""
-    if text == "plain":
-        return PromptTemplate.plain()
-    if text == "chat":
-        return PromptTemplate.chat()
-    if Path(text).is_file():
-        return load_template_args(text)
-    raise ValueError(f"template {text!r}: give 'plain', 'chat', an open-unlearning template_args file "
-                     "(a model config YAML/JSON) or a PromptTemplate")
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:

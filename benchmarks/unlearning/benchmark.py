@@ -47,6 +47,7 @@ class UnlearningBenchmark(Benchmark):
     # -- the command line: shared flags, then the benchmark's own
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p)
+        common.add_limit_argument(p)
         add_classifier_arguments(p)
         self.add_own_arguments(p)
 
@@ -60,6 +61,7 @@ class UnlearningBenchmark(Benchmark):
             metrics=self.metrics_from_args(args),
             data=common.bench_option(args, self.name, "data"),
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
+            limit=getattr(args, "limit", None),
             **classifier_options(args),
             **self.own_config(args),
         )
