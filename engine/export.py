@@ -123,8 +123,9 @@ def result_rows(result: Any, run: str = "") -> list[dict]:
     splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too."""
     groups = [g for g in result.graph.groups if g is not None]
     summaries = {g.upper(): result.summary(g) for g in groups}
-    if None in result.graph.groups and result.summary(None):
-        summaries["RUN"] = result.summary(None)
+    ungrouped = result.summary(None)  # named without a group, or unnamed roots (by their label)
+    if ungrouped:
+        summaries["RUN"] = ungrouped
     return rows(run, model_of(result.provenance), summaries, splits_for(g.lower() for g in groups))
 
 
