@@ -29,3 +29,27 @@ def test_unnamed_root_is_in_the_table_and_named_by_label(tmp_path):
         result["my_unnamed_metric"]
     named = run([my_unnamed_metric(name="my_unnamed_metric")], {}, cache=tmp_path / "c")
     assert named["my_unnamed_metric"].agg_value == 0.5
+
+
+def test_to_pandas_names_the_run_and_step_as_export_does(tmp_path):
+    """After its files are written, a result's table has export's run name and step."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("pandas", reason="pandas is the evaldag[pandas] extra")
+    from evaldag.benchmarks.toy import ToyBenchmark, ToyConfig
+    from evaldag.engine import write_report
+
+    nodes, res = ToyBenchmark().build(ToyConfig())
+    result = run(nodes, res, cache=tmp_path / "c")
+    assert set(result.to_pandas().run) == {""}  # nothing written yet: no name to give
+    out = tmp_path / "sweep" / "checkpoint-40"
+    write_report(result, out)
+    exported = subprocess.run([str(Path(sys.executable).with_name("evaldag")), "export", str(out), "--jsonl"],
+                              capture_output=True, text=True, check=True).stdout
+    want = sorted((r["run"], r["metric"], r["step"]) for r in map(json.loads, exported.splitlines()))
+    frame = result.to_pandas()
+    got = sorted(zip(frame.run, frame.metric, frame.step))
+    assert got == want and want[0][0] == "checkpoint-40" and want[0][2] == 40
