@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,6 +27,19 @@ import pydantic
 
 from .declare import Node
 from .menu import MetricMenu
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    """A benchmark's trade-off figure for the checkpoints of a training run (the report's
+    Training curves): ``y`` on a log scale against ``x``, both SUMMARY names, higher better on
+    both (the Pareto front over the checkpoints); runs of the ``reference`` model (a resource
+    role, e.g. the retain model) are marked as ``reference_label``."""
+
+    x: str
+    y: str
+    reference: str | None = None
+    reference_label: str = "reference model"
 
 
 class Benchmark:
@@ -50,6 +64,8 @@ class Benchmark:
     #: reads ``args.model`` (one resolved spec, or None) in ``config_from_args``, never declares
     #: ``--model`` itself, and gives each checkpoint of a sweep its config in :meth:`for_model`.
     takes_model: ClassVar[bool] = False
+    #: the report's trade-off figure over a training run's checkpoints, None: none
+    tradeoff: ClassVar[Tradeoff | None] = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add this benchmark's own options (the CLI adds --out, --cache-dir, --metrics, ...)."""
@@ -115,4 +131,4 @@ class Benchmark:
                                          strict=not self.several(args))
 
 
-__all__ = ["Benchmark", "MetricMenu"]
+__all__ = ["Benchmark", "MetricMenu", "Tradeoff"]

@@ -66,11 +66,17 @@ def runs_of(out_dirs: Sequence[str | os.PathLike], shown: Sequence[str | os.Path
     return runs
 
 
+def _plugins(runs: list[RunFolder], registry: BenchmarkRegistry) -> list[Any]:
+    """The runs' benchmarks, and the training curves with the trade-offs those benchmarks declare."""
+    benches = benchmarks_of(runs, registry)
+    return [*benches, TrainingCurves([b.tradeoff for b in benches if getattr(b, "tradeoff", None)])]
+
+
 def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
                       registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None) -> str:
     """The report page for finished runs, with the sections of the benchmarks they ran
     (folder names redacted: a token in a path is not printed)."""
-    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: [*benchmarks_of(runs, registry), TrainingCurves()],
+    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: _plugins(runs, registry),
                        redact=redact_text)
 
 

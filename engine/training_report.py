@@ -2,18 +2,19 @@
 
 When at least two of the report's runs have a training step (``sweep.json`` beside them,
 ``trainer_state.json`` in the model folder run.json names, a ``checkpoint-N``/``step-N``
-name: ``checkpoints.py``), the page gains each headline metric against the step and, when
-the runs have ``forget_quality`` and ``model_utility``, TOFU's trade-off figure: forget
-quality on a log scale against model utility, the retain model and the target marked (a
-run of the retain model's folder; a run without a step), the Pareto front joined
-(``selection.py``'s ``pareto``). Drawn by ``render/curves.py``; it reads only the
-already-loaded run folders and the sweep's own ``sweep.json``.
+name: ``checkpoints.py``), the page gains each headline metric against the step and, when a
+benchmark the runs ran declares a trade-off (``Benchmark.tradeoff``; TOFU's: forget quality
+on a log scale against model utility) and the runs have both names, that figure: the
+reference model's runs and the target marked (a run of the reference's folder; a run without
+a step), the Pareto front joined (``selection.py``'s ``pareto``). Drawn by
+``render/curves.py``; it reads only the already-loaded run folders and the sweep's own
+``sweep.json``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import selection
 from .checkpoints import run_step
@@ -40,9 +41,13 @@ def _numbers(r: RunFolder) -> dict[str, float | None]:
 
 
 class TrainingCurves:
-    """A report plugin (``render.report_html.ReportPlugin``) that is no benchmark."""
+    """A report plugin (``render.report_html.ReportPlugin``) that is no benchmark; ``tradeoffs``:
+    those the runs' benchmarks declare (the first one the runs have both names of is drawn)."""
 
     splits: tuple = ()
+
+    def __init__(self, tradeoffs: Sequence[Any] = ()):
+        self.tradeoffs = list(dict.fromkeys(tradeoffs))
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         rows = []
@@ -58,17 +63,18 @@ class TrainingCurves:
         html = '<div class="ed-curves">' + "\n".join(([trade] if trade else []) + charts) + "</div>"
         return [Section("Training curves", html, order=15, id="curves")]
 
-    @staticmethod
-    def _tradeoff(rows: list) -> str | None:
-        if not any("forget_quality" in n and "model_utility" in n for *_, n in rows):
+    def _tradeoff(self, rows: list) -> str | None:
+        t = next((t for t in self.tradeoffs if any(t.x in n and t.y in n for *_, n in rows)), None)
+        if t is None:
             return None
-        retain = {_model(r, "retain_model") for r, *_ in rows} - {""}
+        reference = {_model(r, t.reference) for r, *_ in rows} - {""} if t.reference else set()
         points = []
         for r, name, step, nums in rows:
-            kind = "retain" if _model(r) in retain else "checkpoint" if step is not None else "target"
-            points.append((name, nums.get("model_utility"), nums.get("forget_quality"), kind))
+            kind = "reference" if _model(r) in reference else "checkpoint" if step is not None else "target"
+            points.append((name, nums.get(t.x), nums.get(t.y), kind))
         try:
-            front = selection.select("pareto", [(n, nums) for _, n, s, nums in rows if s is not None]).chosen
+            front = selection.select(f"pareto max {t.y}, max {t.x}",
+                                     [(n, nums) for _, n, s, nums in rows if s is not None]).chosen
         except selection.RuleError:
             front = []
-        return tradeoff_svg(points, front)
+        return tradeoff_svg(points, front, x_name=t.x, y_name=t.y, reference_label=t.reference_label)

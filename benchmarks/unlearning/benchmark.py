@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from ...engine import Node, Value
-from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.benchmark import Benchmark, MetricMenu, Tradeoff
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
 from . import report
@@ -39,6 +39,8 @@ class UnlearningBenchmark(Benchmark):
     mia_metrics: ClassVar[tuple[str, ...]] = ()
     resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID"}
     takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
+    #: forget quality (log) against model utility, the retain model marked (TOFU's figure; MUSE has neither name)
+    tradeoff = Tradeoff(x="model_utility", y="forget_quality", reference="retain_model", reference_label="retain model")
 
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()),

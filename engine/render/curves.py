@@ -1,5 +1,6 @@
-"""Training pictures, inline SVG: a metric against the training step, and TOFU's trade-off
-figure (forget quality, log scale, against model utility) with the Pareto front joined.
+"""Training pictures, inline SVG: a metric against the training step, and a benchmark's trade-off
+figure (one metric on a log scale against another; TOFU's: forget quality against model utility)
+with the Pareto front joined.
 
 Plain numbers in, one self-contained ``<svg>`` out (no script, no external file), drawn with
 ``plots.py``'s frame and legend; deterministic (fixed rounding). The caller computes which
@@ -14,7 +15,7 @@ from typing import Sequence
 
 from .plots import PALETTE, _Frame, legend, nice_ticks, svg_open, tick_text
 
-MARKS = {"retain": "#16a34a", "target": "#0f172a"}
+MARKS = {"reference": "#16a34a", "target": "#0f172a"}
 
 
 def curve_svg(metric: str, points: Sequence[tuple[int, float]], *, chosen: Sequence[int] = ()) -> str | None:
@@ -42,10 +43,10 @@ def _log(v: float, floor: float) -> float:
 
 
 def tradeoff_svg(points: Sequence[tuple[str, float, float, str]], front: Sequence[str], *,
-                 x_name: str = "model_utility", y_name: str = "forget_quality") -> str | None:
-    """``(label, x, y, kind)`` points, kind ``"checkpoint"``, ``"retain"`` or ``"target"``; y on a
-    log scale (values at or below zero drawn at the smallest positive one); ``front`` (labels)
-    joined in x order."""
+                 x_name: str, y_name: str, reference_label: str = "reference model") -> str | None:
+    """``(label, x, y, kind)`` points, kind ``"checkpoint"``, ``"reference"`` (shown as
+    ``reference_label``) or ``"target"``; y on a log scale (values at or below zero drawn at the
+    smallest positive one); ``front`` (labels) joined in x order."""
     pts = [(lab, float(x), float(y), kind) for lab, x, y, kind in points
            if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
     if len(pts) < 2:
@@ -74,7 +75,7 @@ def tradeoff_svg(points: Sequence[tuple[str, float, float, str]], front: Sequenc
         out.append(f'{shape}{ring} class="ed-point" data-kind="{escape(kind)}"><title>{escape(lab)}: {x_name} {x:.6g}, '
                    f'{y_name} {y:.6g}</title>{"</rect>" if kind != "checkpoint" else "</circle>"}')
         out.append(f'<text x="{cx + 6:.1f}" y="{cy - 5:.1f}" font-size="9" fill="#475569">{escape(lab)}</text>')
-    out += legend([("checkpoint", PALETTE[1]), ("retain model", MARKS["retain"]), ("target", MARKS["target"]),
+    out += legend([("checkpoint", PALETTE[1]), (reference_label, MARKS["reference"]), ("target", MARKS["target"]),
                    ("Pareto front", "#e11d48")], fr.x(fr.x_hi) + 12, fr.top + 10, swatch="line")
     out.append("</svg>")
     return "\n".join(out)

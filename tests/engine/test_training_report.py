@@ -34,7 +34,8 @@ def test_the_report_draws_curves_and_the_tradeoff_with_the_pareto_front(tmp_path
     trade = trade[: trade.index("</svg>")]
     kinds = {label: kind for kind, label in re.findall(r'data-kind="(\w+)"><title>([\w-]+):', trade)}
     assert kinds == {"checkpoint-4": "checkpoint", "checkpoint-8": "checkpoint", "checkpoint-12": "checkpoint",
-                     "checkpoint-16": "checkpoint", "retain": "retain", "target": "target"}
+                     "checkpoint-16": "checkpoint", "retain": "reference", "target": "target"}
+    assert ">retain model</text>" in trade  # TOFU's reference model, named by the benchmark
     # the front over the checkpoints: 4 (best utility) and 12 (best forget quality); 8 and 16 are beaten by 12
     front = re.search(r'class="ed-front" points="([^"]+)"', trade).group(1).split()
     assert len(front) == 2
@@ -45,5 +46,18 @@ def test_the_report_draws_curves_and_the_tradeoff_with_the_pareto_front(tmp_path
 def test_no_curves_without_steps_and_the_log_scale_floor(tmp_path):
     folders = _folders(tmp_path)
     assert "Training curves" not in build_report_html([folders[4], folders[5]])  # retain and target: no steps
-    svg = tradeoff_svg([("a", 0.5, 0.0, "checkpoint"), ("b", 0.6, 1e-3, "checkpoint")], ["b"])
+    svg = tradeoff_svg([("a", 0.5, 0.0, "checkpoint"), ("b", 0.6, 1e-3, "checkpoint")], ["b"],
+                       x_name="model_utility", y_name="forget_quality")
     assert "1e-3" in svg and "a: model_utility 0.5, forget_quality 0" in svg  # zero drawn at the smallest positive
+
+
+def test_the_tradeoff_is_the_benchmarks_not_the_engines(tmp_path):
+    """The same numbers under a benchmark that declares no trade-off: the curves, no trade-off figure."""
+    folders = _folders(tmp_path)
+    for d in folders:
+        run = json.loads((d / "run.json").read_text())
+        (d / "run.json").write_text(json.dumps({**run, "benchmarks": ["toy"]}))
+        for kind in ("SUMMARY", "EVAL"):
+            (d / f"TOFU_{kind}.json").rename(d / f"TOY_{kind}.json")
+    html = build_report_html(folders)
+    assert html.count('data-plot="curve"') == 2 and 'data-plot="tradeoff"' not in html
