@@ -54,7 +54,8 @@ from .run import execute
 
 @dataclass(frozen=True)
 class Event:
-    """Something a run did: ``kind`` (``plan``, ``run``, ``written``) and what it concerns."""
+    """Something a run did: ``kind`` (``plan``, ``run``, ``written``; a sweep's ``sweep``, its
+    ``sweep_plan.SweepPlan``) and what it concerns."""
 
     kind: str
     data: Mapping[str, Any] = field(default_factory=dict)

@@ -143,6 +143,7 @@ def _sweep(benches: list, cfgs: list, options: RunOptions, sweep: SweepOptions, 
     except (NotOurs, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+    options.emit("sweep", plan=p)  # the checkpoints in run order, the parallel mode and why
     each = dataclasses.replace(options, report=False, provenance={**options.provenance, **p.provenance})
     writer = group is None or group.is_writer
     if writer and not options.quiet:

@@ -61,7 +61,8 @@ def test_a_sweep_with_select_through_the_python_api(sweep):
     runs = [_json(out / n / "run.json") for n in ("target", "nudged")]
     assert all(r["provenance"]["sweep"]["checkpoints"] == ["target", "nudged"] for r in runs)
     kinds = [e.kind for e in events]
-    assert kinds == ["plan", "run", "written"] * 2 and all(isinstance(e, Event) for e in events)
+    assert kinds == ["sweep"] + ["plan", "run", "written"] * 2 and all(isinstance(e, Event) for e in events)
+    assert events[0].data["plan"].mode == "sequential" and events[0].data["plan"].order == list(models[:2])
     # a select rule naming a metric the run does not compute is refused before anything runs
     bad = run_sweep([tofu], [cfg], RunOptions(out=root / "bad", cache_dir=str(root / "cache"), quiet=True),
                     SweepOptions(models=models[:2], select="max forget_QA_Prob", metric_names=METRICS))
