@@ -169,7 +169,7 @@ def _main(argv: list[str]) -> int:
         print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)
         return 2
     top_help = cmd is None and bool({"-h", "--help"} & set(argv))
-    argv = glue_shard(argv) if cmd == "run" else argv
+    argv = glue_shard(argv)  # `--shard -1/2` (run, graph) read as --shard=-1/2
     args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)

@@ -139,12 +139,14 @@ class EvaldagCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
-            self._stop(control, self.evaluate(model, state.global_step))
+            with goes_on(state.global_step):  # the last net under the protected writes and exchanges
+                self._stop(control, self.evaluate(model, state.global_step))
 
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         step = state.global_step
         if self.on_save_eval and (self._last is None or self._last[0] != step):
-            self._stop(control, self.evaluate(model, step))
+            with goes_on(step):
+                self._stop(control, self.evaluate(model, step))
         if self._last is None or self._last[0] != step:
             return
         with goes_on(step):
