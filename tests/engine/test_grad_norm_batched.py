@@ -82,22 +82,25 @@ def _tied_resource(arch: str) -> HFModel:
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
 def test_tied_embeddings_take_ghost_norms_equal_to_one_row_backward_passes(monkeypatch, arch):
-    """Rows of many lengths, right-padded in batches of 8, a row holding the pad id and one
-    with p = 1 (both served alone): every value as one backward per row gives it."""
+    """Rows of many lengths, right-padded in batches of 8, rows holding the pad id (masked
+    as open-unlearning's collator does: inside, first, last), one with p = 1 (served
+    alone): every value as one backward per row gives it."""
     res = _tied_resource(arch)
     adapter, reqs = res.load(), grad_requests(res, 24)
     m = adapter.model
     assert m.get_input_embeddings().weight is m.get_output_embeddings().weight
     pad = adapter.masked_id
     reqs.append(GradNorm(reqs[2].context_ids, reqs[2].continuation_ids[:3] + (pad,) + reqs[2].continuation_ids[3:]))
+    reqs.append(GradNorm((pad,) + reqs[3].context_ids, reqs[3].continuation_ids + (pad,)))
     calls = spy(monkeypatch, "ghost_norms")
     batched = [r.value for r in adapter.run_batch(reqs)]
     run = grad_backend.runner(adapter)
     assert run.way() == "ghost" and run.why_not_ghost is None
-    assert max(calls) == 8 and sum(c for c in calls if c > 1) >= len(reqs) - 6
+    # one backward: the first row (which parameters count) and p = 1; NaN: nothing scored
+    assert max(calls) == 8 and sum(calls) == 1 + len(reqs) - 3  # 1: the first row's check
     single = one_row_values(adapter, reqs)
     nan = [i for i, v in enumerate(single) if v != v]
-    assert nan == [len(reqs) - 2] and batched[-2] != batched[-2]
+    assert nan == [len(reqs) - 3] and batched[-3] != batched[-3]
     assert [v for i, v in enumerate(batched) if i not in nan] == pytest.approx(
         [v for i, v in enumerate(single) if i not in nan], rel=2e-5)
     assert len({round(b, 6) for b in batched}) > len(reqs) // 2
@@ -182,6 +185,29 @@ def test_which_way_serves_which_model(monkeypatch):
     assert hf_grad.GradNormRunner(shared, None).way() == "one_row"  # CPU: no vmap
     with pytest.warns(UserWarning, match="ghost norms cannot serve"):
         assert hf_grad.GradNormRunner(shared, None, mode="ghost").way() == "one_row"
+
+
+def test_the_executor_says_how_grad_norm_rows_were_served_and_why_one_backward():
+    """run.json's executor.served: per model, the way and the rows that took one backward each, by why."""
+    from ..tiny_models import tiny_llama
+
+    tied, shared = _tied_resource("llama"), tiny_llama(tokenizer(), seed=1)
+    mlp = shared.model.layers[0].mlp
+    mlp.up_proj.weight = mlp.gate_proj.weight  # no rule for this sharing: one backward per row on CPU
+    shared = HFModel.from_pretrained_objects(shared.eval(), tokenizer(), name="shared-projection")
+    reqs = grad_requests(tied, 10)  # 10 rows, one with p = 1, one with nothing scored
+    ex = Executor()
+    ex.serve([(m, r) for m in (tied, shared) for r in reqs])
+    served = ex.stats.summary()["served"]
+    assert served[ex.model_key(tied)] == {"grad_norm": {
+        "way": "ghost", "rows_batched": 9, "rows_one_backward": 2,
+        "one_backward_because": {"the first row: which parameters receive a gradient": 1,
+                                 "p = 1: ghost norms give L2 norms only": 1}}}
+    why = ("no ghost norms (parameter model.layers.0.mlp.up_proj.weight is shared with model.layers.0.mlp.gate_proj.weight, "
+           "and only an embedding tied to a linear head has a cross-term rule), and vmap serves CUDA only")
+    assert served[ex.model_key(shared)]["grad_norm"] == {
+        "way": "one_row", "rows_batched": 0, "rows_one_backward": 11, "one_backward_because": {why: 11},
+        "why_not_ghost": why[len("no ghost norms ("):-len("), and vmap serves CUDA only")]}
 
 
 @pytest.mark.parametrize("first_p", [2.0, 1.0])  # p = 1 first: the check waits for a row ghost norms serve
