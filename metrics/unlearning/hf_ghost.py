@@ -13,16 +13,32 @@ gradient ``g`` [T, out] of one row, that row's weight gradient is ``g^T a`` and
 two [T, T] Gram matrices, cheaper than the [out, in] gradient when T^2 < in * out. The
 rows' losses are summed, so one backward gives every row its own activation gradients
 (rows never mix in a causal LM without batch norm), and the parameters are frozen for
-it: no weight gradient is formed at all. Embeddings (rows that share a token id add up),
-RMSNorm and LayerNorm weights (``sum_t g_t * normalised_t``) and biases have their own
-exact rules (GPT-2's Conv1D is a linear layer stored transposed). Every parameter-holding module must be one of those kinds and no weight may
-be shared (tied embeddings would need cross terms): :func:`supported` says so, and the
+it: no weight gradient is formed at all. Embeddings (rows that share a token id add up;
+the padding_idx row receives nothing; Gemma's lookup times ``embed_scale`` has gradient
+``e = g * embed_scale`` at the lookup's output), RMSNorm (Llama's and Gemma's) and
+LayerNorm weights (``sum_t g_t * normalised_t``) and biases have their own exact rules
+(GPT-2's Conv1D is a linear layer stored transposed).
+
+A weight may be shared only as tied input and output embeddings, W [V, d] used by the
+lookup (ids x_t, gradient e_t at its output) and by the head (hidden states h_s, logit
+gradient g_s [V]). One row's gradient is G_emb + G_head, G_emb = sum_t onehot(x_t) e_t^T
+and G_head = sum_s g_s h_s^T, so
+
+    ||G_emb + G_head||^2 = ||G_emb||^2 + ||G_head||^2 + 2 sum_t sum_s g_s[x_t] (e_t . h_s),
+
+each term from the rules above or from a [T, T] gather of the logit gradient and a
+[T, T] product of e and h: O(T^2 d) per row, no [V, d] gradient. In a right-padded batch
+padding positions carry zero e and g (their logits are not in the loss, and no real
+position attends to them), so each row's sums are its own. Every parameter-holding
+module must be one of those kinds: :func:`supported` says why not when it is not, and the
 caller checks the first row against a one-row backward before trusting it.
 
 Measured on the 4 x 256 Llama of tests/perf/bench_tofu_scale.py (CPU, one thread, rows
 of 30-80 tokens sorted by length): 16.6 ms per row in batches of 8 against 25.2 ms for
 one backward per row (1.5x); the largest relative difference 2.9e-6 (float32 rounding of
-the batched forward and of the Gram sums).
+the batched forward and of the Gram sums). On SmolLM2-135M (tied) tests/perf/bench_grad_tied.py
+gives the figures; there one backward's own float32 weight gradients are 2.1e-5 off a
+float64 backward, ghost norms 4.5e-7.
 
 torch is imported inside the functions.
 """
