@@ -9,7 +9,7 @@ the parameters that receive a gradient of ``||grad||_p``.
 * ghost norms (:mod:`.hf_ghost`): rows of any length in one batched backward, per-row
   norms from activations and their gradients (p = 2; Linear, Embedding, RMSNorm and
   LayerNorm weights; a weight shared only by tied input and output embeddings). The
-  fastest on CPU (1.5x on the 4 x 256 Llama, 1.9x on SmolLM2-135M).
+  fastest on CPU (1.5x on the 4 x 256 Llama, 2.1x on SmolLM2-135M).
 * :func:`many_rows`: ``torch.func.vmap(grad(loss))`` over rows of one length (no
   padding, no mask: each row runs the causal attention path of its one-row forward);
   for models ghost norms do not serve, on CUDA. Per-sample gradients of every
@@ -17,9 +17,11 @@ the parameters that receive a gradient of ``||grad||_p``.
 
 Batched ways need a model with no active dropout (then train mode draws no random
 numbers); vmap leaves rows holding the masked (pad) id to one_row (it has no mask), ghost
-norms mask them as one_row does (every row of a model whose pad is its eos holds one). They agree with one_row
-within float rounding (a few 1e-6 relative, float32). :class:`GradNormRunner` picks the
-way (``mode``) and checks ghost norms against one_row on the first row they serve.
+norms mask them as one_row does (every row of a model whose pad is its eos holds one).
+They agree with one_row within float rounding (a few 1e-6 relative, float32; 2e-5 on
+SmolLM2-135M, one_row's own rounding there). :class:`GradNormRunner` picks the way
+(``mode``), checks ghost norms against one_row on the first row they serve, and keeps an
+account of the rows (:meth:`GradNormRunner.account`, run.json's ``executor.served``).
 
 torch is imported inside the functions.
 """
