@@ -168,6 +168,7 @@ class RunResult:
     wall_seconds: float = 0.0
     provenance: dict = field(default_factory=dict)
     out: Path | None = None  # the folder its files were last written to (export names the run by it)
+    lock_wait_seconds: float = 0.0  # of wall_seconds, the time spent waiting for other processes' nodes
 
     @property
     def ok(self) -> bool:
