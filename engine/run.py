@@ -259,15 +259,15 @@ class _Runner:
             self.flags[key] = meta["nonfinite"]
 
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
-        reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds,
-                "reason": reason}  # a later warm run's record says when, how long and why it was computed
+                "reason": (reason := self.reason(v))}  # a later warm run's record says when, how long and why
         # downstream of a model with non-finite logits: the value says so, and so does every child's
         flag = self.flags.get(v.key) or next((self.flags[pk] for pk in v.parent_keys.values() if pk in self.flags), None)
         if flag:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
-        if v.key in self.plan.labels:  # `cache explain` names the backend that served it
+        meta["reads"] = self.rs.described(v.resources)  # `cache explain` names the model and data, and
+        if v.key in self.plan.labels:  # the backend that served it
             meta["backend"] = self.plan.labels[v.key]
         self.store.put(v.fingerprint, value, meta)
         remember(self.history, self.slots[v.key], v.components)
