@@ -71,6 +71,18 @@ def shard_arg(text: str) -> tuple[int, int]:
     return i, n
 
 
+def glue_shard(argv: list[str]) -> list[str]:
+    """``--shard -1/2`` read as ``--shard=-1/2``: argparse takes a value that starts with ``-``
+    for an option ("expected one argument"); glued, a negative index gets shard_arg's line."""
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1] == "--shard" and re.match(r"-\d", word):
+            out[-1] = f"--shard={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def add_model_option(parser: argparse.ArgumentParser, benches: Iterable[Benchmark]) -> None:
     """``--model`` (repeatable) and ``--shard`` when a named benchmark takes a model; otherwise unknown."""
     if takes_model(benches):

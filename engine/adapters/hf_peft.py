@@ -10,7 +10,7 @@ Loading: the base is loaded once per process and kept (:data:`_BASE`); each adap
 added to it with peft's ``load_adapter`` and made current with ``set_adapter`` before each
 of its batches, never merged into the shared weights. A sweep of fifty adapters over one
 base loads the base once. Only one base is kept: asking for another frees the first (a
-sweep runs adapters grouped by base, ``cli/sweep.py``), and an adapter whose resource is
+sweep runs adapters grouped by base, ``sweep_plan.py``), and an adapter whose resource is
 gone is deleted from the base when the next one loads.
 
 The tokenizer is the adapter folder's when it has one, else the base's. ``peft`` is an

@@ -28,7 +28,7 @@ from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
-from ..options import Parser
+from ..options import Parser, glue_shard
 from . import cache, compare, export, graph, list as list_cmd, report, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
@@ -153,6 +153,7 @@ def _main(argv: list[str]) -> int:
         print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)
         return 2
     top_help = cmd is None and bool({"-h", "--help"} & set(argv))
+    argv = glue_shard(argv)  # `--shard -1/2` (run, graph) read as --shard=-1/2
     args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)

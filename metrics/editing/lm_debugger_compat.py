@@ -170,7 +170,7 @@ class ItemDef(MetricDef):
     """A MetricItem's declaration: its code identity is the class's source (with this layer's)."""
 
     item: type | None = None
-    default_group: str = GROUP  # cli/added.py puts an added node in this group
+    default_group: str = GROUP  # added.py puts an added node in this group
 
     @functools.cached_property
     def code(self) -> str:

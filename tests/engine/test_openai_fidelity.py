@@ -27,7 +27,7 @@ def tofu(model_dir, resource, cache):
     bench = BENCHMARKS.get("tofu")
     p = argparse.ArgumentParser(conflict_handler="resolve")
     bench.add_arguments(p)
-    p.add_argument("--model")  # the CLI owns --model (engine/cli/models.py); a run sees one string
+    p.add_argument("--model")  # the CLI owns --model (engine/options.py); a run sees one string
     args = p.parse_args(["--model", str(model_dir), "--tofu-data", str(TOFU_TINY), "--dtype", "fp32", "--device", "cpu"])
     args.metrics, args.benchmarks = ",".join(TOKEN_METRICS), ["tofu"]
     nodes, resources = bench.build(bench.config_from_args(args))
@@ -100,7 +100,7 @@ def test_min_k_plus_plus_is_refused_before_anything_runs(server_model, vllm_serv
     bench = BENCHMARKS.get("tofu")
     p = argparse.ArgumentParser(conflict_handler="resolve")
     bench.add_arguments(p)
-    p.add_argument("--model")  # the CLI owns --model (engine/cli/models.py); a run sees one string
+    p.add_argument("--model")  # the CLI owns --model (engine/options.py); a run sees one string
     args = p.parse_args(["--model", str(mdir), "--tofu-data", str(TOFU_TINY)])
     args.metrics, args.benchmarks = "mia_min_k_plus_plus", ["tofu"]
     nodes, resources = bench.build(bench.config_from_args(args))

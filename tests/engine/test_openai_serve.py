@@ -52,7 +52,7 @@ def tofu(model_dir, model, metrics, cache):
     bench = BENCHMARKS.get("tofu")
     p = argparse.ArgumentParser(conflict_handler="resolve")
     bench.add_arguments(p)
-    p.add_argument("--model")  # the CLI owns --model (engine/cli/models.py); a run sees one string
+    p.add_argument("--model")  # the CLI owns --model (engine/options.py); a run sees one string
     args = p.parse_args(["--model", str(model_dir), "--tofu-data", str(TOFU_TINY), "--max-new-tokens", "8"])
     args.metrics, args.benchmarks = metrics, ["tofu"]
     nodes, resources = bench.build(bench.config_from_args(args))
