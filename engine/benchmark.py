@@ -41,6 +41,15 @@ class Tradeoff:
     reference: str | None = None
     reference_label: str = "reference model"
 
+    def pareto(self) -> tuple[tuple[str, str], ...]:
+        """The axes of a bare ``pareto`` rule (``selection.py``): higher ``y``, higher ``x``."""
+        return (("max", self.y), ("max", self.x))
+
+
+def pareto_of(benches: Any) -> tuple[tuple[str, str], ...] | None:
+    """The first trade-off ``benches`` declare, as a bare ``pareto``'s axes; None without one."""
+    return next((t.pareto() for b in benches if (t := getattr(b, "tradeoff", None)) is not None), None)
+
 
 class Benchmark:
     """Subclass this; register the subclass under the ``evaldag.benchmarks`` entry-point group.
@@ -131,4 +140,4 @@ class Benchmark:
                                          strict=not self.several(args))
 
 
-__all__ = ["Benchmark", "MetricMenu", "Tradeoff"]
+__all__ = ["Benchmark", "MetricMenu", "Tradeoff", "pareto_of"]

@@ -4,12 +4,13 @@ The rule language (docs/training.md) is small on purpose::
 
     max model_utility where forget_quality >= 0.05
     min forget_Q_A_Prob where model_utility > 0.5 and forget_quality >= 0.01
-    pareto                                   # max forget_quality, max model_utility
+    pareto                                   # the benchmark's trade-off (TOFU: max forget_quality, max model_utility)
     pareto max forget_quality, min forget_Q_A_Prob where model_utility >= 0.4
 
 ``max``/``min NAME`` chooses one checkpoint: the best value among those meeting every
 condition (a tie goes to the earliest step); ``pareto A, B`` chooses every checkpoint no
-other beats on both (each axis ``max`` unless written ``min``). A condition is ``NAME OP
+other beats on both (each axis ``max`` unless written ``min``); a bare ``pareto`` takes its two
+axes from the caller (the benchmark's ``Benchmark.tradeoff``), and without one asks for them. A condition is ``NAME OP
 NUMBER`` with OP one of ``>= <= > < == !=``. The keywords (``max min pareto where and``)
 are read in any case; NAME is a key of the runs' SUMMARY files; a name
 no checkpoint has fails with the close matches. A checkpoint without a number for a name the
@@ -26,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
-PARETO_DEFAULT = (("max", "forget_quality"), ("max", "model_utility"))
 _COND = re.compile(r"^\s*([A-Za-z_][\w.@-]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 _AXIS = re.compile(r"^\s*(?:(max|min)\s+)?([A-Za-z_][\w.@-]*)\s*$", re.IGNORECASE)
 
@@ -57,8 +57,12 @@ class Selection:
         return {"rule": self.rule, "checkpoints": self.chosen, "why": self.why, "values": self.values}
 
 
-def parse(text: str) -> Rule:
-    """The rule in ``text``; RuleError saying what was expected otherwise."""
+Axes = tuple[tuple[str, str], ...]
+
+
+def parse(text: str, pareto: Axes | None = None) -> Rule:
+    """The rule in ``text``; RuleError saying what was expected otherwise. ``pareto``: the two
+    ``(direction, name)`` axes of a bare ``pareto`` (a benchmark's trade-off)."""
     parts = re.split(r"\s+where\s+", text.strip(), maxsplit=1, flags=re.IGNORECASE)  # keywords in any case
     head, conds_text = parts[0].strip(), (parts[1] if len(parts) > 1 else "")
     conditions = []
@@ -78,7 +82,10 @@ def parse(text: str) -> Rule:
         return Rule(text, kind, ((kind, rest.strip()),), tuple(conditions))
     if kind == "pareto":
         if not rest.strip():
-            return Rule(text, kind, PARETO_DEFAULT, tuple(conditions))
+            if not pareto:
+                raise RuleError(f"--select {text!r}: this run's benchmarks declare no trade-off for a bare pareto; "
+                                "name its two metrics, e.g. 'pareto forget_quality, model_utility'")
+            return Rule(text, kind, tuple(pareto), tuple(conditions))
         axes = []
         for piece in rest.split(","):
             m = _AXIS.match(piece)
@@ -109,9 +116,10 @@ def check_names(rule: Rule, known: Sequence[str]) -> None:
             raise RuleError(f"--select {rule.text!r}: no checkpoint has a metric {name!r}; {hint}")
 
 
-def select(rule: Rule | str, rows: Sequence[tuple[str, dict[str, Any]]]) -> Selection:
-    """Apply ``rule`` to ``rows`` (checkpoint name, SUMMARY values), ordered by step."""
-    rule = parse(rule) if isinstance(rule, str) else rule
+def select(rule: Rule | str, rows: Sequence[tuple[str, dict[str, Any]]], pareto: Axes | None = None) -> Selection:
+    """Apply ``rule`` to ``rows`` (checkpoint name, SUMMARY values), ordered by step;
+    ``pareto``: the axes of a bare ``pareto`` (:func:`parse`)."""
+    rule = parse(rule, pareto) if isinstance(rule, str) else rule
     check_names(rule, sorted({k for _, s in rows for k in s}))
     names = rule.names()
     usable, missing, failing = [], [], []

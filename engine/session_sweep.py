@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from . import checkpoints, selection, sweep_plan
 from .adapters.hf_peft import release_shared_base
+from .benchmark import pareto_of
 from .cache import CacheWriteError
 from .cache.safety import NotACache, cache_root, root_state, writable, write_marker
 from .cache.shards import ShardRecord, sweep_id
@@ -134,7 +135,7 @@ def _sweep(benches: list, cfgs: list, options: RunOptions, sweep: SweepOptions, 
     try:
         check_names(out, ["report.html", SWEEP_FILE])  # the sweep's report must not replace a page evaldag did not write
         if sweep.select:  # the rule read and its names checked against the benchmarks' metrics before anything runs
-            parsed = selection.parse(sweep.select)
+            parsed = selection.parse(sweep.select, pareto_of(benches))
             if sweep.metric_names:  # a benchmark without a menu: the names are checked against its SUMMARY after the run
                 selection.check_names(parsed, sorted(set(sweep.metric_names)))
         p = sweep_plan.plan(models, names=names, step_of=sweep.step_of, adapter_base=sweep.adapter_base,
@@ -169,7 +170,7 @@ def _sweep(benches: list, cfgs: list, options: RunOptions, sweep: SweepOptions, 
             with staged(out) as stage:
                 write_report_html([out / n for n in shown], stage / "report.html")
                 record = sweep_record(shown, p.models, [b.name for b in benches], table)
-                add_steps(record, p.models, shown, sweep, options.quiet)
+                add_steps(record, p.models, shown, sweep, options.quiet, pareto_of(benches))
                 (stage / SWEEP_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         except (CacheWriteError, NotOurs, ValueError) as e:
             print(f"evaldag: error: {e}", file=sys.stderr)
@@ -206,9 +207,11 @@ def _by_checkpoint(benches: list, cfgs: list, options: RunOptions, sweep: SweepO
         return 1
 
 
-def add_steps(record: dict, models: list[str], names: list[str], sweep: SweepOptions, quiet: bool = False) -> dict:
+def add_steps(record: dict, models: list[str], names: list[str], sweep: SweepOptions, quiet: bool = False,
+              pareto: tuple | None = None) -> dict:
     """The sweep record (``sweepdir.sweep_record``) with each checkpoint's ``step`` and
-    ``step_from``, and with the ``select`` rule's ``"selected"`` (the choice printed, with why)."""
+    ``step_from``, and with the ``select`` rule's ``"selected"`` (the choice printed, with why;
+    ``pareto``: a bare pareto's axes, the benchmarks' trade-off)."""
     steps = {c.name: c for c in checkpoints.order(models, names, list(sweep.step_of) or None)}
     for row in record.get("checkpoints", []):
         cp = steps.get(row.get("name"))
@@ -218,7 +221,7 @@ def add_steps(record: dict, models: list[str], names: list[str], sweep: SweepOpt
         return record
     rows = [(n, checkpoints.flat(record.get("table", {}), n)) for n in names]
     try:
-        chosen = selection.select(rule, rows)
+        chosen = selection.select(rule, rows, pareto)
     except selection.RuleError as e:  # the runs and the report are kept; only the choice is missing
         print(f"evaldag: error: {e}", file=sys.stderr)
         record["selected"] = {"rule": rule, "error": str(e)}

@@ -79,7 +79,8 @@ class EvaldagCallback(TrainerCallback):
         self.select, self.stop_when = select, _stop_rule(stop_when)
         if select:  # the sweep's --select rule, its names checked against the metrics this run computes
             try:
-                selection.check_names(selection.parse(select), sorted(self.evaluation.metric_names()))
+                selection.check_names(selection.parse(select, self.evaluation.bench_pareto),
+                                      sorted(self.evaluation.metric_names()))
             except selection.RuleError as e:
                 raise ValueError(f"EvaldagCallback: {str(e).replace('--select ', 'select=', 1)}") from None
         self.selected: dict | None = None  # the latest choice of ``select`` over the steps so far
@@ -183,7 +184,8 @@ class EvaldagCallback(TrainerCallback):
         logs = {f"evaldag/{k}": v for k, v in numbers.items()}
         if self.select and any(h["summary"] for h in self.history):
             with goes_on(step):
-                self.selected = selection.select(self.select, [(f"step-{h['step']}", h["summary"]) for h in self.history]).to_json()
+                self.selected = selection.select(self.select, [(f"step-{h['step']}", h["summary"]) for h in self.history],
+                                                self.evaluation.bench_pareto).to_json()
                 picked = [int(n.removeprefix("step-")) for n in self.selected["checkpoints"]]
                 if len(picked) == 1:
                     logs["evaldag/selected_step"] = picked[0]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import options as run_options
+from ..benchmark import pareto_of
 from ..graph import GraphError
 from ..redact import redact_argv
 from ..registry import BENCHMARKS
@@ -125,6 +126,11 @@ class StepEvaluation:
         if self._parsed is None:
             self._parsed = run_options.read(self._args, [self.bench])
         return self._parsed
+
+    @property
+    def bench_pareto(self) -> tuple | None:
+        """A bare ``pareto`` rule's axes: the benchmark's trade-off (``Benchmark.tradeoff``)."""
+        return pareto_of([self.bench])
 
     @property
     def cache_dir(self) -> str | None:

@@ -30,7 +30,8 @@ def test_min_with_two_conditions_and_no_condition():
 
 def test_pareto_front_of_forget_quality_and_model_utility():
     # (fq, mu): 4=(.01,.70) 8=(.06,.62) 12=(.30,.62) 16=(.20,.40); 12 beats 8 (same mu, higher fq) and 16
-    s = select("pareto", ROWS)
+    tofu = (("max", "forget_quality"), ("max", "model_utility"))  # TOFU's trade-off: a bare pareto's axes
+    s = select("pareto", ROWS, tofu)
     assert s.chosen == ["checkpoint-4", "checkpoint-12"]
     assert s.why.startswith("the Pareto set of max forget_quality, max model_utility: checkpoint-4, checkpoint-12 (2 of 4)")
     assert select("pareto min forget_quality, max model_utility", ROWS).chosen == ["checkpoint-4"]
@@ -45,4 +46,6 @@ def test_unknown_names_and_bad_rules_are_one_line_with_close_matches():
         parse("best model_utility")
     with pytest.raises(RuleError, match="pareto takes two metrics"):
         parse("pareto a, b, c")
+    with pytest.raises(RuleError, match="declare no trade-off for a bare pareto; name its two metrics"):
+        parse("pareto")  # the engine knows no metric names of its own
     assert parse("max model_utility where forget_quality >= 5e-2").conditions == (("forget_quality", ">=", 0.05),)

@@ -44,7 +44,7 @@ def sweep(tmp_path_factory):
     return root, tofu, cfg, models
 
 
-def test_a_sweep_with_select_through_the_python_api(sweep):
+def test_a_sweep_with_select_through_the_python_api(sweep, capsys):
     root, tofu, cfg, models = sweep
     out, events = root / "sweep", []
     options = RunOptions(out=out, cache_dir=str(root / "cache"), quiet=True, events=events.append)
@@ -67,6 +67,10 @@ def test_a_sweep_with_select_through_the_python_api(sweep):
     bad = run_sweep([tofu], [cfg], RunOptions(out=root / "bad", cache_dir=str(root / "cache"), quiet=True),
                     SweepOptions(models=models[:2], select="max forget_QA_Prob", metric_names=METRICS))
     assert bad == 2 and not (root / "bad").exists()
+    # a bare pareto reads TOFU's trade-off (Benchmark.tradeoff): forget quality, which this run does not compute
+    bare = run_sweep([tofu], [cfg], RunOptions(out=root / "bare", cache_dir=str(root / "cache"), quiet=True),
+                     SweepOptions(models=models[:2], select="pareto", metric_names=METRICS))
+    assert bare == 2 and "no checkpoint has a metric 'forget_quality'" in capsys.readouterr().err
 
 
 def test_one_shard_of_a_sweep_through_the_python_api(sweep, capsys):
