@@ -52,7 +52,7 @@ class Plan:
         return self.serving.get((v.key, run_name), model)
 
 
-def _models(resources: Any) -> dict[str, ModelResource]:
+def model_resources(resources: Any) -> dict[str, ModelResource]:
     """The run's model resources that follow the contract, read without loading anything."""
     out = {}
     for name, res in resources.supplied.items():
@@ -96,7 +96,7 @@ def _way_out(run_name: str, routed: bool) -> str:
 
 def plan(graph: Graph, resources: Any) -> Plan:
     """Check every scorer vertex against its backends; return who serves what, or raise PlanError."""
-    models = _models(resources)
+    models = model_resources(resources)
     out, problems = Plan(), []
     for key, by_res in _needs(graph).items():
         v = graph.vertices[key]
