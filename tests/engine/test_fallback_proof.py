@@ -120,3 +120,21 @@ def test_vllm_server_keeps_what_it_can_compute_and_refuses_other_weights(server_
     assert got["mia_min_k_plus_plus"]["agg_value"] == want["mia_min_k_plus_plus"]["agg_value"]
     proof = json.loads((tmp_path / "good" / "run.json").read_text())["provenance"]["fallback_proof"]["model"]
     assert proof["by"] == "log-probs" and proof["gap"] <= LOGPROB_TOLERANCE / 100, proof
+
+
+def test_vllm_model_with_another_folders_weights_is_refused_before_any_engine_starts(server_model, other_weights, tmp_path):
+    """``vllm:DIR --fallback hf:OTHER``: both read weight files, so their digests decide; the
+    refusal comes before an engine starts (no vLLM log line) and stores nothing."""
+    from .test_vllm_backend import vllm_python
+
+    mdir, _ = server_model
+    r = subprocess.run([str(vllm_python()), "-m", "evaldag.engine.cli", "run", "tofu", "--model", f"vllm:{mdir}",
+                        "--fallback", f"hf:{other_weights}", "--tofu-data", str(TOFU_TINY), "--metrics",
+                        "forget_Q_A_Prob,mia_min_k_plus_plus", "--cache-dir", str(tmp_path / "cache"),
+                        "--out", str(tmp_path / "out"), "--no-progress"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
+    assert r.stderr.strip().splitlines() == [
+        f"evaldag: error: --fallback hf:{other_weights} is not the model vllm:{mdir}: their weight files differ "
+        f"(sha256 {r.stderr.split('sha256 ')[1][:12]} vs {r.stderr.split(' vs ')[1][:12]}); give --fallback a copy of the same weights"]
+    assert not (tmp_path / "out").exists() and not nodes_stored(tmp_path / "cache")
