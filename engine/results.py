@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -169,6 +170,7 @@ class RunResult:
     wall_seconds: float = 0.0
     provenance: dict = field(default_factory=dict)
     routed: list[str] = field(default_factory=list)  # run resources with a --fallback: their numbers name a backend
+    out: Path | None = None  # the folder its files were last written to (export names the run by it)
 
     @property
     def ok(self) -> bool:

@@ -131,6 +131,7 @@ def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = Non
         for extra in also:
             extra(result, stage)
         names += sorted(p.name for p in stage.iterdir() if p.name not in names)
+    result.out = out
     return [out / n for n in names]
 
 
