@@ -171,6 +171,7 @@ class RunResult:
     provenance: dict = field(default_factory=dict)
     routed: list[str] = field(default_factory=list)  # run resources with a --fallback: their numbers name a backend
     out: Path | None = None  # the folder its files were last written to (export names the run by it)
+    lock_wait_seconds: float = 0.0  # of wall_seconds, the time spent waiting for other processes' nodes
 
     @property
     def ok(self) -> bool:

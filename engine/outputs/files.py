@@ -108,6 +108,7 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = (), refresh: str | N
         "nodes": nodes,
         "executor": result.executor,
         "wall_seconds": result.wall_seconds,
+        "lock_wait_seconds": result.lock_wait_seconds,
         "provenance": redact(result.provenance),  # also a RunResult whose provenance was built by hand
     }
     if benchmarks:  # the registered benchmarks whose report sections draw this folder
