@@ -28,6 +28,7 @@ from .executor import Executor
 from .declare import InputError
 from .graph import Graph, Vertex
 from .planner import Plan, plan
+from .sameweights import prove
 from .progress import bar as progress_bar
 from .reasons import history_slots, recompute_reason, remember
 from .resources import ResourceSet
@@ -89,6 +90,7 @@ def run(
         executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.lock_timeout, runner.plan = lock_timeout, served
+        proofs = prove(graph, served, rs, executor.serve, runner.inputs)  # FallbackMismatch before any node
         try:
             runner.go()
         finally:
@@ -98,16 +100,10 @@ def run(
             if key in runner.records:
                 runner.records[key].backend = backends
         execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
-        prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
-    return RunResult(
-        graph=graph,
-        cache=cache,
-        records=runner.records,
-        loaded=runner.values,
-        executor=executor.stats.summary(),
-        wall_seconds=time.perf_counter() - t0,
-        provenance=prov, lock_wait_seconds=runner.lock_wait_seconds,
-    )
+        prov = provenance_of(rs, graph, {"execution": execution, **({"fallback_proof": proofs} if proofs else {}), **(provenance or {})})
+    return RunResult(graph=graph, cache=cache, records=runner.records, loaded=runner.values,
+                     executor=executor.stats.summary(), wall_seconds=time.perf_counter() - t0, provenance=prov,
+                     lock_wait_seconds=runner.lock_wait_seconds, routed=sorted(proofs))
 
 
 def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:
