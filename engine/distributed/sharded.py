@@ -209,7 +209,7 @@ class RankStore:
 
     # node locks guard against other processes computing a node twice; inside one job the ranks
     # compute every node together by design, and a rank waiting on a lock would fall out of step
-    def try_lock(self, fp: str) -> NoLock:
+    def try_lock(self, fp: str, doing: str = "") -> NoLock:
         return NoLock()
 
     def lock(self, fp: str) -> NoLock:
