@@ -245,7 +245,7 @@ class Executor:
         try:
             while queue:
                 batch = queue.popleft()
-                got = self._run(adapter, kind, batch, fp)
+                got = self._run(adapter, kind, batch)
                 if got is None:  # out of memory: halve it, and re-pack the rest under the smaller budget
                     if len(batch) == 1:
                         raise RuntimeError(
@@ -259,6 +259,7 @@ class Executor:
                     rest = [x for b in queue for x in b]
                     queue = deque([*halve(batch), *pack(rest, length, self._group(adapter, kind, new))])
                     continue
+                got = self._answers[fp].admit(kind, [r for _, r in batch], got)  # before anything is stored
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
                 self._unchanged(model)  # what is stored under fp comes from the bytes fp names
@@ -273,8 +274,8 @@ class Executor:
         self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
 
-    def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]], fp: str) -> list | None:
-        """The batch's results, each admitted (``answers.Backend.admit``), or None when it ran out of memory."""
+    def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]]) -> list | None:
+        """The batch's results, or None when it ran out of memory."""
         requests = [r for _, r in batch]
         try:
             if self.fault is not None:
@@ -284,7 +285,7 @@ class Executor:
             return None
         if len(got) != len(requests):
             raise RuntimeError(f"adapter returned {len(got)} results for {len(requests)} {kind} requests")
-        return self._answers[fp].admit(kind, requests, got)
+        return got
 
     def _batch_meta(self, adapter: ModelAdapter, fp: str, kind: str, batch: list) -> dict:
         """How a result was computed (device, dtype, batch shape): kept with each request result."""

@@ -249,6 +249,7 @@ class OpenAIModel(ModelResource):
         if self._fp is None:
             ident = self.server_identity()
             text = json.dumps({**ident, "tokenizer": self.encoder().fingerprint()}, sort_keys=True, default=str)
+            # the version: what is stored from a server, and how it is checked (docs/cache.md)
             self._fp = hashlib.sha256(("openai-2\0" + text).encode()).hexdigest()
         return self._fp
 
