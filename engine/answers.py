@@ -60,7 +60,7 @@ def number(x: Any, what: str) -> float:
 
 def rank(x: Any, what: str) -> int:
     """A token's rank in a server's answer: an integer >= 1 (1: the greedy token)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x < 1 or int(x) != x:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 1 or int(x) != x:
         raise BadAnswer(f"{what} has rank {'null' if x is None else repr(x)[:40]}; a rank is an integer >= 1")
     return int(x)
 

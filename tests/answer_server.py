@@ -39,7 +39,7 @@ class AnswerServer:
         assert fault in FAULTS, fault
         self.fault = fault
         self.tok = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.probe = self.tok.encode(PROBE_TEXT, add_special_tokens=True)
         self.lock = threading.Lock()
         self.calls = 0
@@ -159,3 +159,24 @@ class AnswerServer:
         return {"text": self.tok.decode(full), "finish_reason": "length",
                 "logprobs": {"tokens": [f"token_id:{t}" for t in full], "token_logprobs": token_lp,
                              "top_logprobs": tops}}, len(seen)
+
+
+def plant_nan(cache: Path, every: int = 4) -> int:
+    """Make one stored token-statistics answer in ``every`` NaN in the request store of the
+    cache folder ``cache``, as an evaldag that did not check answers stored them; how many."""
+    import numpy as np
+
+    from evaldag.engine.cache import Cache
+
+    store, n = Cache(cache).requests, 0
+    for model in store.models():
+        keys = [k for (k,) in store._db().execute("SELECT key FROM results WHERE model=? AND kind='token_stats'",
+                                                   [model]).fetchall()]
+        found = store.get_many(model, keys)
+        for res in list(found.values())[::every]:
+            res.logprob = res.logprob.copy()
+            res.logprob[-1] = np.nan
+            n += 1
+        store.put_many(model, [(k, "token_stats", r) for k, r in found.items()])
+    store.close()
+    return n

@@ -10,6 +10,7 @@ admitted and noted; statistics a backend does not declare become "not available"
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -177,3 +178,26 @@ def test_statistics_a_backend_does_not_declare_are_not_available_never_nan(tmp_p
     stored.put_many("m", [(req.key(), "token_stats", got)])
     back = stored.get_many("m", [req.key()])[req.key()]
     assert back.mu is None and back.logprob.tolist() == [-1.0, -1.0]
+
+
+def test_a_servers_json_numbers_and_ranks_seeded_fuzz():
+    """What ``answers.number``/``rank`` take from a server's JSON: numbers (NaN and infinities are
+    judged later, by the executor); ranks integers >= 1; anything else one line, never a TypeError."""
+    from evaldag.engine.answers import number, rank
+
+    rng = random.Random(7)
+    pool = [None, "x", "1", True, False, [], {}, 0, -1, 1, 2, 7.0, 1.5, 0.5, -0.0, float("nan"), float("inf"),
+            float("-inf"), 3.0, -12.25, 10**30]
+    for _ in range(400):
+        x = rng.choice(pool)
+        numeric = isinstance(x, (int, float)) and not isinstance(x, bool)
+        if numeric:
+            assert number(x, "w") == float(x) or x != x
+        else:
+            with pytest.raises(BadAnswer, match="^w is .*, not a number$"):
+                number(x, "w")
+        if numeric and math.isfinite(x) and x >= 1 and int(x) == x:
+            assert rank(x, "w") == int(x)
+        else:
+            with pytest.raises(BadAnswer, match="a rank is an integer >= 1"):
+                rank(x, "w")

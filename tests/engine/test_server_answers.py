@@ -19,10 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from ..answer_server import FIXTURE, AnswerServer
+from ..answer_server import FIXTURE, AnswerServer, plant_nan
 
 TOFU_TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tofu_tiny"
 EVALDAG = str(Path(sys.executable).with_name("evaldag"))
@@ -102,21 +101,8 @@ def test_echo_positions_that_are_not_the_prompts_are_refused(fault, want, server
 
 def test_impossible_answers_already_stored_are_asked_again(server, tmp_path):
     """A request store written before answers were checked: its NaN is not served."""
-    from evaldag.engine.cache import Cache
-
     assert run(server, tmp_path, "out").returncode == 0
-    store = Cache(tmp_path / "cache").requests
-    planted = 0
-    for model in store.models():
-        keys = [k for (k,) in store._db().execute("SELECT key FROM results WHERE model=? AND kind='token_stats'",
-                                                   [model]).fetchall()]
-        found = store.get_many(model, keys)
-        for res in list(found.values())[::4]:
-            res.logprob = res.logprob.copy()
-            res.logprob[-1] = np.nan
-            planted += 1
-        store.put_many(model, [(k, "token_stats", r) for k, r in found.items()])
-    store.close()
+    planted = plant_nan(tmp_path / "cache")
     assert planted == 10
     r = run(server, tmp_path, "again", "--refresh", "nodes")
     assert r.returncode == 0, r.stderr[-2000:]
