@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 import threading
 import time
 from typing import Any, Callable, TextIO
@@ -154,3 +155,29 @@ class LineBar:
             self.stopped.set()
             if self.printed != self.n:
                 self._line()
+
+
+class StageLines:
+    """``evaldag: stage k of n: ...`` before each stage of a run, when progress is shown: how
+    many nodes, which scorers (the model work) and how many aggregators, so a long run says
+    where it is between its bars. ``n`` is the depth of what is left to compute."""
+
+    def __init__(self, pending: list, graph: Any, progress: bool | None):
+        self.on = bool(pending) and wanted(progress, sys.stderr)
+        self.k = 0
+        self.n = 0
+        if self.on:
+            import networkx as nx
+
+            self.n = sum(1 for _ in nx.topological_generations(graph.subgraph(v.key for v in pending)))
+
+    def say(self, ready: list) -> None:
+        if not self.on:
+            return
+        self.k += 1
+        scorers = Counter(v.metric.name for v in ready if v.metric.scorer)
+        what = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in sorted(scorers.items()))
+        aggs = sum(1 for v in ready if not v.metric.scorer)
+        parts = [f"{sum(scorers.values())} scorers ({what})" if scorers else "", f"{aggs} aggregators" if aggs else ""]
+        print(f"evaldag: stage {self.k} of {max(self.n, self.k)}: {len(ready)} nodes: "
+              + "; ".join(x for x in parts if x), file=sys.stderr, flush=True)

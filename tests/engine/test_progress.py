@@ -62,6 +62,11 @@ def test_a_pipe_shows_nothing_unless_forced_then_plain_lines(tmp_path):
     assert lines and "\r" not in forced.stderr
     done, total = lines[-1].split(": ")[1].split(" ")[0].split("/")
     assert done == total and int(total) > 0 and "(100%)" in lines[-1]
+    stages = [x for x in forced.stderr.splitlines() if x.startswith("evaldag: stage ")]
+    n = len(stages)
+    assert n >= 2 and [x.split(":")[1] for x in stages] == [f" stage {k} of {n}" for k in range(1, n + 1)]
+    assert "scorers (" in stages[0] and "aggregators" in stages[-1]
+    assert not [x for x in piped.stderr.splitlines() if x.startswith("evaldag: stage ")]  # only when progress is shown
 
 
 @metric("test_slow_sum", version="1", needs=("data",))
