@@ -29,6 +29,7 @@ GROUP = "MUSE"
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
+    ROUGE_FIELD = "rougeL_f1"
 
     def _declare(self) -> None:
         c, r = self.cfg, self.recipes

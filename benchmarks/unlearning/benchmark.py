@@ -20,6 +20,7 @@ from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
+from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
 from .eval_logs import EvalLogs, load_eval_logs
@@ -49,6 +50,7 @@ class UnlearningBenchmark(Benchmark):
         common.add_model_arguments(p)
         common.add_limit_argument(p)
         add_classifier_arguments(p)
+        add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -63,6 +65,7 @@ class UnlearningBenchmark(Benchmark):
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
             limit=getattr(args, "limit", None),
             **classifier_options(args),
+            **bootstrap_options(args, resamples=0, seed=0),
             **self.own_config(args),
         )
 
