@@ -108,6 +108,8 @@ def interval(sample: Sample, n_resamples: int, seed: int, level: float = 0.95) -
                se=_finite(np.std(dist, ddof=1)) if np.all(np.isfinite(dist)) else None)
     if out["percentile"] is None:
         out["reason"] = "no interval: a resampled value is not a number (an item's value is NaN?)"
+    elif out["BCa"] is None and np.ptp(dist) == 0:
+        out["reason"] = "BCa undefined: every resample gives the same value (a degenerate bootstrap distribution)"
     elif why:
         out["reason"] = why
     return out

@@ -66,9 +66,9 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if len(x) else float("nan")
 
 
-def _ks(x: np.ndarray) -> float:
-    """The two-sample KS statistic between the model's (column 0) and the retain model's truth ratios."""
-    a, b = np.sort(x[:, 0]), np.sort(x[:, 1])
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample KS statistic between the model's and the retain model's truth ratios."""
+    a, b = np.sort(a), np.sort(b)
     both = np.concatenate([a, b])
     cdf_a = np.searchsorted(a, both, side="right") / len(a)
     cdf_b = np.searchsorted(b, both, side="right") / len(b)
@@ -90,14 +90,13 @@ def ks_p_value(d: float, n1: int, n2: int) -> float:
     return float(min(1.0, max(0.0, distributions.kstwo.sf(d, np.round(en)))))
 
 
-def _paired(model: Mapping[str, Any], retain: Mapping[str, Any], field: str, what: str) -> tuple[tuple[str, ...], np.ndarray]:
+def _paired(model: Mapping[str, Any], retain: Mapping[str, Any], field: str, what: str) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """Both models' values as two columns when they scored the same items, else None."""
     km, vm = _items(model, field, f"{what} (model)")
     kr, vr = _items(retain, field, f"{what} (retain model)")
-    at = {k: i for i, k in enumerate(kr)}
-    keys = tuple(k for k in km if k in at)
-    if not keys:
-        raise ValueError(f"{what}: the model and the retain model share no item")
-    return keys, np.stack([vm[[km.index(k) for k in keys]], vr[[at[k] for k in keys]]], axis=1)
+    if km != kr:
+        return None
+    return km, np.stack([vm, vr], axis=1)
 
 
 def _side(block: Mapping[str, Any], side: str, what: str) -> Mapping[str, Any]:
@@ -129,8 +128,12 @@ def sample_of(kind: str, parents: Mapping[str, Any], ref_value: float = 0.5) -> 
     if kind == "ks":
         if "retain" not in blocks or not blocks["retain"].get("value_by_index"):
             raise ValueError("forget quality: no retain-model truth ratios (--retain-logs or --retain-model)")
-        keys, vals = _paired(blocks["forget"], blocks["retain"], "score", "forget quality")
-        return Sample(("forget",), (keys,), (vals,), _ks, {"statistic": "ks"})
+        both = _paired(blocks["forget"], blocks["retain"], "score", "forget quality")
+        if both is not None:  # the same forget items: each resample draws an item for both models
+            n = len(both[0])
+            return Sample(("forget",), (both[0],), (both[1],), lambda x: _ks(x[:, 0], x[:, 1]), {"statistic": "ks", "n": (n, n)})
+        (km, vm), (kr, vr) = _items(blocks["forget"], "score", "model"), _items(blocks["retain"], "score", "retain model")
+        return Sample(("model", "retain"), (km, kr), (vm, vr), _ks, {"statistic": "ks", "n": (len(km), len(kr))})
     if kind == "privleak":
         return _privleak(blocks, ref_value)
     if kind == "hmean":
@@ -139,22 +142,26 @@ def sample_of(kind: str, parents: Mapping[str, Any], ref_value: float = 0.5) -> 
 
 
 def _privleak(blocks: Mapping[str, Any], ref_value: float) -> Sample:
+    """Forget and holdout strata; the retain model's items paired with the model's when both
+    scored the same items, else resampled as strata of their own."""
     model, retain = blocks["forget"], blocks.get("retain")
-    names, keys, vals = ("forget", "holdout"), [], []
-    for side in names:
-        if retain and isinstance(retain.get(side), Mapping):
-            k, v = _paired(_side(model, side, "privleak"), retain[side], "score", f"privleak {side}")
-        else:
-            k, v1 = _items(_side(model, side, "privleak"), "score", f"privleak {side}")
-            v = v1[:, None]
-        keys.append(k), vals.append(v)
-    with_retain = vals[0].shape[1] == 2
+    sides = ("forget", "holdout")
+    has_retain = bool(retain) and all(isinstance(retain.get(s), Mapping) for s in sides)
+    both = [_paired(_side(model, s, "privleak"), retain[s], "score", f"privleak {s}") for s in sides] if has_retain else [None, None]
+    if all(b is not None for b in both):
+        def stat(f: np.ndarray, h: np.ndarray) -> float:
+            return float(privleak(auc(f[:, 0], h[:, 0]), auc(f[:, 1], h[:, 1]), ref_value)["agg_value"])
+        return Sample(sides, tuple(b[0] for b in both), tuple(b[1] for b in both), stat)
+    names, keys, vals = [], [], []
+    for who, block in (("", model), ("retain ", retain if has_retain else None)):
+        for s in sides if block is not None else ():
+            k, v = _items(_side(block, s, "privleak"), "score", f"privleak {who}{s}")
+            names.append(who + s), keys.append(k), vals.append(v)
 
-    def stat(f: np.ndarray, h: np.ndarray) -> float:
-        r = auc(f[:, 1], h[:, 1]) if with_retain else None
-        return float(privleak(auc(f[:, 0], h[:, 0]), r, ref_value)["agg_value"])
-
-    return Sample(names, tuple(keys), tuple(vals), stat)
+    def stat_apart(f: np.ndarray, h: np.ndarray, *retain_sides: np.ndarray) -> float:
+        r = auc(*retain_sides) if retain_sides else None
+        return float(privleak(auc(f, h), r, ref_value)["agg_value"])
+    return Sample(tuple(names), tuple(keys), tuple(vals), stat_apart)
 
 
 #: model utility's parts by split, each split's columns in this order: probability, ROUGE, truth ratio
@@ -195,8 +202,8 @@ def bracket(sample: Sample, n_resamples: int, seed: int, level: float) -> dict[s
     iv = interval(sample, n_resamples, seed, level)
     if sample.notes.get("statistic") != "ks":
         return iv
-    n = len(sample.keys[0])
-    p = lambda d: ks_p_value(d, n, n)  # noqa: E731 - the p-value falls as the statistic grows
+    n1, n2 = sample.notes["n"]
+    p = lambda d: ks_p_value(d, n1, n2)  # noqa: E731 - the p-value falls as the statistic grows
     out = {**iv, "statistic": "ks", "ks": iv["value"], "ks_percentile": iv["percentile"], "ks_BCa": iv["BCa"], "ks_se": iv["se"]}
     out["value"] = p(iv["value"]) if iv["value"] is not None else None
     for m in ("percentile", "BCa"):
