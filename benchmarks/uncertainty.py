@@ -39,11 +39,13 @@ class IntervalOptions(BaseModel):
     confidence_level: float = Field(0.95, gt=0, lt=1)
 
 
-def add_bootstrap_arguments(p: argparse.ArgumentParser, what: str = "intervals") -> None:
-    """``--bootstrap-resamples`` (aliases ``--bootstrap-cycles``, ``--bootstrap-iters``) and ``--seed``."""
-    for names, kw in ((RESAMPLES, dict(type=nonnegative_int, default=None, dest="bootstrap_resamples", metavar="N",
-                                       help=f"bootstrap resamples per interval ({what}); 0: no intervals")),
-                      (("--seed",), dict(type=int, default=None, help="the seed of the bootstrap (and of sampling where a benchmark samples)"))):
+def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) -> None:
+    """``--bootstrap-resamples`` (aliases ``--bootstrap-cycles``, ``--bootstrap-iters``) and ``--seed``
+    (not for a benchmark whose bootstrap takes no seed of ours: ``seed=False``)."""
+    flags = ((RESAMPLES, dict(type=nonnegative_int, default=None, dest="bootstrap_resamples", metavar="N",
+                              help=f"bootstrap resamples per interval ({what}); 0: no intervals")),
+             (("--seed",), dict(type=int, default=None, help="the seed of the bootstrap (and of sampling where a benchmark samples)")))
+    for names, kw in flags[:2 if seed else 1]:
         try:
             p.add_argument(*names, **kw)
         except argparse.ArgumentError:  # declared already by another benchmark of this command

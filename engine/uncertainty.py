@@ -192,7 +192,7 @@ def paired(a: Sample, b: Sample, n_resamples: int, seed: int, level: float = 0.9
     iv = interval(Sample(a.names, a.keys, tuple(np.arange(len(k)) for k in a.keys), stat), n_resamples, seed, level)
     p, exact, perms = permutation_p(a, b, n_resamples, seed)
     out = {"a": _finite(a.value()), "b": _finite(b.value()), "delta": delta, "percentile": iv["percentile"], "BCa": iv["BCa"],
-           "se": iv["se"], "p_value": p, "exact": exact, "permutations": perms, "n_items": iv["n_items"],
+           "se": iv["se"], "mde": minimum_detectable(iv["se"], level), "p_value": p, "exact": exact, "permutations": perms, "n_items": iv["n_items"],
            "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
     if dropped:
         out["unpaired_items"] = dropped
@@ -208,3 +208,26 @@ def verdict(row: dict[str, Any], level: float = 0.95) -> str:
     if ci[0] <= 0.0 <= ci[1] or p >= 1.0 - level:
         return "inside the noise"
     return "B > A" if row["delta"] > 0 else "B < A"
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of several p-values (None stays None): many metrics compared
+    at once, the family-wise error held at the level."""
+    idx = sorted((i for i, p in enumerate(p_values) if p is not None), key=lambda i: p_values[i])
+    out: list[float | None] = [None] * len(p_values)
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def minimum_detectable(se: float | None, level: float = 0.95, power: float = 0.8) -> float | None:
+    """The smallest difference a two-sided test at ``level`` finds with ``power``, from the
+    bootstrap standard error of the difference (normal approximation): ``(z_(1-a/2) + z_power) * se``."""
+    from statistics import NormalDist
+
+    if se is None:
+        return None
+    z = NormalDist()
+    return float((z.inv_cdf(1 - (1 - level) / 2) + z.inv_cdf(power)) * se)

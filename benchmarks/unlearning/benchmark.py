@@ -147,5 +147,22 @@ class UnlearningBenchmark(Benchmark):
             print(f"evaldag: warning: {side} has a different tokenizer than --model {cfg.model}: {', '.join(names)} "
                   f"then {verb} scores computed on different tokenizations", file=sys.stderr)
 
+    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+        """The metric's items from an EVAL file, as its interval reads them (None: no per-item
+        values there: forget quality and privleak need the retain side, model utility its nine parts)."""
+        from ...metrics.unlearning.intervals import sample_of
+        from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
+
+        kind = self.spec.interval_kind(name)
+        if kind in (None, "ks", "privleak"):
+            return None
+        parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS} if kind == "hmean" else {"metric": evals.get(name)}
+        if any(not isinstance(b, dict) for b in parents.values()):
+            return None
+        try:
+            return sample_of(kind, parents)
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)
