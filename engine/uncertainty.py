@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Callable
 
 import numpy as np
@@ -225,8 +226,6 @@ def holm(p_values: list[float | None]) -> list[float | None]:
 def minimum_detectable(se: float | None, level: float = 0.95, power: float = 0.8) -> float | None:
     """The smallest difference a two-sided test at ``level`` finds with ``power``, from the
     bootstrap standard error of the difference (normal approximation): ``(z_(1-a/2) + z_power) * se``."""
-    from statistics import NormalDist
-
     if se is None:
         return None
     z = NormalDist()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export import ExportError, _read, csv_text, folder_rows, run_folders
+from ..registry import BENCHMARKS
 from ..uncertainty import holm, paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
@@ -67,8 +68,6 @@ def table(a: list[dict], b: list[dict]) -> list[dict]:
 
 def _benchmarks_by_group(folder: Path) -> dict[str, Any]:
     """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
-    from ..registry import BENCHMARKS
-
     meta = _read(folder / "run.json")
     names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
     out = {}

@@ -37,6 +37,9 @@ def test_warm_rerun_with_intervals_forwards_nothing(tmp_path):
         assert lo <= iv["agg_value"] <= hi or name == "forget_quality", name
     assert ivs["forget_quality"]["statistic"] == "ks" and ivs["forget_quality"]["n_items"] == {"model": 12, "retain": 40}  # the logs hold all 40: unpaired
     assert ivs["model_utility"]["n_items"] == {"retain": 12, "ra": 12, "wf": 12}
+    page = (warm / "report.html").read_text()
+    lo, hi = ivs["forget_Q_A_Prob"]["percentile"]
+    assert 'id="intervals"' in page and f"{ivs['forget_Q_A_Prob']['agg_value']:.4g} ± {(hi - lo) / 2:.4g}" in page
     again = _run(tmp_path, "again", "--bootstrap-resamples", "200", "--seed", "5")  # the one spelling: the same nodes
     assert json.loads((again / "TOFU_INTERVALS_EVAL.json").read_text()) == ivs
     nodes = json.loads((again / "run.json").read_text())["nodes"]

@@ -136,3 +136,17 @@ def test_paired_comparison_says_inside_the_noise():
     out = paired(_mean_sample(a), _mean_sample(b), 500, 3)  # the paired interval is scipy's on the per-item differences
     lo, hi = stats.bootstrap((b - a,), np.mean, n_resamples=500, rng=np.random.default_rng(3), method="percentile").confidence_interval
     assert out["percentile"] == pytest.approx([lo, hi], rel=1e-9)
+
+
+def test_muse_rouge_is_the_mean_of_rougeL_f1():
+    from evaldag.benchmarks.muse import spec as muse_spec
+    from evaldag.benchmarks.tofu import spec as tofu_spec
+
+    muse = json.loads((OU / "target_MUSE_EVAL.json").read_text())
+    assert muse_spec.interval_kind("forget_knowmem_ROUGE") == "mean:rougeL_f1"
+    assert tofu_spec.interval_kind("forget_Q_A_ROUGE") == "mean:rougeL_recall"
+    for name in ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbmem_ROUGE"):
+        iv = bracket(sample_of(muse_spec.interval_kind(name), {"metric": muse[name]}), B, SEED, 0.95)
+        assert iv["value"] == pytest.approx(muse[name]["agg_value"], rel=1e-12), name
+        lo, hi = _scipy((_vals(muse[name], "rougeL_f1"),), np.mean, "percentile")
+        assert iv["percentile"] == pytest.approx([lo, hi], rel=1e-12), name
