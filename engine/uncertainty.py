@@ -223,6 +223,19 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return out
 
 
+def benjamini_hochberg(p_values: list[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg's adjusted p-values (None stays None): the false discovery rate held
+    at the level over the metrics compared at once."""
+    idx = sorted((i for i, p in enumerate(p_values) if p is not None), key=lambda i: p_values[i])
+    out: list[float | None] = [None] * len(p_values)
+    m, running = len(idx), 1.0
+    for rank in range(m - 1, -1, -1):
+        i = idx[rank]
+        running = min(running, m * p_values[i] / (rank + 1))
+        out[i] = running
+    return out
+
+
 def minimum_detectable(se: float | None, level: float = 0.95, power: float = 0.8) -> float | None:
     """The smallest difference a two-sided test at ``level`` finds with ``power``, from the
     bootstrap standard error of the difference (normal approximation): ``(z_(1-a/2) + z_power) * se``."""

@@ -9,7 +9,7 @@ When both runs scored the same items, the difference is also tested item by item
 (``engine/uncertainty.py``): each metric's items are read from the runs' ``<GROUP>_EVAL.json``
 (``value_by_index``) through the benchmark that wrote them (``Benchmark.item_sample``), so no
 model runs; the paired bootstrap interval of B - A, a paired permutation p-value (exact on few
-items), Holm's adjustment over the metrics tested, and whether the difference is inside the noise.
+items), Holm's adjustment over the metrics tested (Benjamini-Hochberg's in the files), and whether the difference is inside the noise.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 
 from ..export import ExportError, _read, csv_text, folder_rows, run_folders
 from ..registry import BENCHMARKS
-from ..uncertainty import holm, paired
+from ..uncertainty import benjamini_hochberg, holm, paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
-PAIRED_FIELDS = ("ci_low", "ci_high", "p_value", "p_holm", "verdict", "n_items")
+PAIRED_FIELDS = ("ci_low", "ci_high", "p_value", "p_holm", "p_bh", "verdict", "n_items")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -108,8 +108,9 @@ def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int
         except ValueError as e:
             r["paired"] = {"verdict": f"no test ({e})"}
         tested.append(r)
-    for r, p in zip(tested, holm([r["paired"].get("p_value") for r in tested])):
-        r["paired"]["p_holm"] = p
+    ps = [r["paired"].get("p_value") for r in tested]
+    for r, p, q in zip(tested, holm(ps), benjamini_hochberg(ps)):
+        r["paired"]["p_holm"], r["paired"]["p_bh"] = p, q
         if p is not None and r["paired"]["verdict"] in ("B > A", "B < A") and p >= 1 - r["paired"]["confidence_level"]:
             r["paired"]["verdict"] = "inside the noise after Holm's adjustment"
     return rows
@@ -149,7 +150,7 @@ def _flat(r: dict) -> dict:
     p = r.get("paired") or {}
     ci = p.get("percentile") or [None, None]
     return {**{k: r[k] for k in FIELDS}, "ci_low": ci[0], "ci_high": ci[1], "p_value": p.get("p_value"),
-            "p_holm": p.get("p_holm"), "verdict": p.get("verdict"), "n_items": sum((p.get("n_items") or {}).values()) or None}
+            "p_holm": p.get("p_holm"), "p_bh": p.get("p_bh"), "verdict": p.get("verdict"), "n_items": sum((p.get("n_items") or {}).values()) or None}
 
 
 def dump(rows: list[dict], path: Path, a: str, b: str) -> None:

@@ -150,3 +150,30 @@ def test_muse_rouge_is_the_mean_of_rougeL_f1():
         assert iv["value"] == pytest.approx(muse[name]["agg_value"], rel=1e-12), name
         lo, hi = _scipy((_vals(muse[name], "rougeL_f1"),), np.mean, "percentile")
         assert iv["percentile"] == pytest.approx([lo, hi], rel=1e-12), name
+
+
+def test_holm_and_benjamini_hochberg_by_hand():
+    from evaldag.engine.uncertainty import benjamini_hochberg, holm
+
+    ps = [0.01, 0.04, None, 0.03, 0.5]  # m = 4
+    h, q = holm(ps), benjamini_hochberg(ps)
+    assert h[2] is None and q[2] is None
+    assert h[:2] + h[3:] == pytest.approx([0.04, 0.09, 0.09, 0.5])  # 4*.01, max(2*.04, .09), max(3*.03, .04), .5
+    assert q[:2] + q[3:] == pytest.approx([0.04, 4 * 0.04 / 3, 4 * 0.04 / 3, 0.5])  # 4p/rank, then the running minimum from the top
+
+
+def test_forget_quality_on_smaller_forget_splits():
+    rng = np.random.default_rng(0)
+    model, retain = rng.normal(0.0, 1.0, 400), rng.normal(0.3, 1.0, 400)
+    keys = tuple(str(i) for i in range(400))
+    blocks = {side: {"value_by_index": {k: {"score": float(v)} for k, v in zip(keys, x)}} for side, x in (("forget", model), ("retain", retain))}
+    iv = bracket(sample_of("ks", blocks), 100, 2, 0.95)
+    assert iv["value"] == pytest.approx(stats.ks_2samp(model, retain).pvalue, rel=1e-9)
+    assert set(iv["by_forget_size"]) == {"40", "200"}  # forget01 and forget05 sizes; 400 is the split itself
+    small, mid = iv["by_forget_size"]["40"], iv["by_forget_size"]["200"]
+    assert small["subsets"] == 100 and small["range"][0] <= small["median"] <= small["range"][1]
+    assert iv["value"] < mid["median"] < small["median"]  # the same models: the p-value grows as the split shrinks
+    rng2 = np.random.default_rng(2)  # the subsets of 40 again, each p-value from scipy's ks_2samp
+    ps = [stats.ks_2samp(model[i], retain[i]).pvalue for i in (rng2.choice(400, 40, replace=False) for _ in range(100))]
+    assert small["median"] == pytest.approx(np.median(ps), rel=1e-9)
+    assert small["range"] == pytest.approx(list(np.percentile(ps, [2.5, 97.5])), rel=1e-9)
