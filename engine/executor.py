@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 from .adapters.integrity import ModelChangedError
 from .answers import Backend
 from .backend import ModelAdapter, ModelResource, OutOfMemory, before_load
+from . import streaming
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
 from .cache.codec import CorruptEntryWarning
@@ -250,7 +251,9 @@ class Executor:
         try:
             while queue:
                 batch = queue.popleft()
-                got = self._run(adapter, kind, batch)
+                early: dict[int, Any] = {}  # rows stored as they finished, before the batch returned
+                with streaming.sink(lambda i, r: self._store_early(adapter, model, fp, kind, batch, i, r, early, bar)):
+                    got = self._run(adapter, kind, batch)
                 if got is None:  # out of memory: halve it, and re-pack the rest under the smaller budget
                     if len(batch) == 1:
                         raise RuntimeError(
@@ -268,12 +271,13 @@ class Executor:
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
                 self._unchanged(model)  # what is stored under fp comes from the bytes fp names
-                if self.cache is not None:
-                    self.cache.put_many(self._store_keys[fp], [(k, kind, r) for (k, _), r in zip(batch, got)],
+                rest = [j for j in range(len(batch)) if j not in early]
+                if self.cache is not None and rest:
+                    self.cache.put_many(self._store_keys[fp], [(batch[j][0], kind, got[j]) for j in rest],
                                         meta=self._batch_meta(adapter, fp, kind, batch))
-                    self._written[self._store_keys[fp]].extend(k for k, _ in batch)
+                    self._written[self._store_keys[fp]].extend(batch[j][0] for j in rest)
                 results.update((k, r) for (k, _), r in zip(batch, got))
-                bar.update(sum(length(x) for x in batch))
+                bar.update(sum(length(batch[j]) for j in rest))
         finally:
             bar.close()
         account = adapter.served(kind)
@@ -281,6 +285,19 @@ class Executor:
             self.stats.served[fp][kind] = account
         self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
+
+    def _store_early(self, adapter: ModelAdapter, model: Any, fp: str, kind: str, batch: list, i: int, result: Any,
+                     early: dict[int, Any], bar: Any) -> None:
+        """Row ``i`` finished before its batch returned (streaming.finished): checked and stored now,
+        so a stop loses only the rows in flight; the bar moves by it."""
+        key, req = batch[i]
+        result = self._answers[fp].admit(kind, [req], [result])[0]
+        if self.cache is not None:
+            self._unchanged(model)
+            self.cache.put_many(self._store_keys[fp], [(key, kind, result)], meta=self._batch_meta(adapter, fp, kind, batch))
+            self._written[self._store_keys[fp]].append(key)
+        early[i] = result
+        bar.update(_length(batch[i]))
 
     def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]]) -> list | None:
         """The batch's results, or None when it ran out of memory."""
