@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
+from ..engine.adapters.hf_gguf import check_gguf, is_gguf
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
@@ -216,6 +217,9 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
         return spec.resolve(path, flag, **quals)
     path = parsed.target
     check_model(path, opts, flag, tokenizer, adapter_base)
+    if is_gguf(path):  # one file, dequantized by transformers at load (engine/adapters/hf_gguf.py)
+        return HFModel(path, tokenizer=tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                       device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
     if adapter_base or is_adapter_dir(path):  # a PEFT adapter over its base (engine/adapters/hf_peft.py)
         return HFModel(path, adapter_base=adapter_base, dtype=opts.dtype, device=opts.device,
                        attention_mask=opts.attention_mask, device_map=opts.device_map,
@@ -244,6 +248,8 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
     """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
     cache when offline), its tokenizer has a chat template when the prompt needs one, and
     the device exists. Each problem is one ValueError naming the flag and the value."""
+    if is_gguf(path) or path.lower().endswith(".gguf") and Path(path).expanduser().is_file():
+        return check_gguf_model(path, opts, flag, tokenizer)
     folder = checkpoint_folder(path, flag)
     if folder is not None and (adapter_base or is_adapter_dir(folder)):  # an adapter: its base is checked as the model
         base = check_adapter(folder, adapter_base, flag, tokenizer)
@@ -266,10 +272,34 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
         if opts.attention_mask == "reference" and bos_is_eos_without_pad(folder):
-            print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
-                  "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
-                  "masks only padding (docs/gotchas.md)", file=sys.stderr)
+            masking_warning(flag, path)
     check_device(opts.device)
+
+
+def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | None) -> None:
+    """:func:`check_model` for a GGUF file: its header (extra, architecture, tensor types), then
+    the chat template and the masking warning from ``--tokenizer``'s files or the GGUF's own metadata."""
+    header = check_gguf(path, flag)
+    if tokenizer is not None:
+        tok_flag = "--tokenizer" if flag == "--model" else flag.removesuffix("model") + "tokenizer"
+        folder = checkpoint_folder(tokenizer, tok_flag)
+        chat = folder is None or has_chat_template(folder)
+        bos_eos = folder is not None and bos_is_eos_without_pad(folder)
+    else:
+        chat = bool(header.chat_template)
+        bos_eos = header.special.get("pad") is None and header.special.get("bos") == header.special.get("eos")
+    if opts.template.apply_chat_template and not chat:
+        raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
+                         "(use --template plain, or --template-args with the model's tags)")
+    if opts.attention_mask == "reference" and bos_eos:
+        masking_warning(flag, path)
+    check_device(opts.device)
+
+
+def masking_warning(flag: str, path: str) -> None:
+    print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
+          "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
+          "masks only padding (docs/gotchas.md)", file=sys.stderr)
 
 
 def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:

@@ -50,12 +50,23 @@ SHARDED_KINDS = frozenset({"token_stats", "generate", "hidden_states"})
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_CLASS: list[type] = []  # hf_peft.HFPeftModel, registered when the adapters package is imported
+GGUF_CLASS: list[type] = []  # hf_gguf.HFGGUFModel, registered likewise
 
 
 def is_adapter_dir(path: Any) -> bool:
     """A local folder holding a PEFT adapter (its ``adapter_config.json``), not a full checkpoint."""
     try:
         return (Path(str(path)).expanduser() / ADAPTER_CONFIG).is_file()
+    except OSError:
+        return False
+
+
+def _gguf_shaped(path: Any) -> bool:
+    """A ``.gguf`` file, or a folder with a ``.gguf`` and no ``config.json`` (hf_gguf.py says which)."""
+    try:
+        p = Path(str(path)).expanduser()
+        return (p.suffix.lower() == ".gguf" and p.is_file()) or (
+            p.is_dir() and not (p / "config.json").is_file() and any(p.glob("*.gguf")))
     except OSError:
         return False
 
@@ -93,6 +104,8 @@ class HFModel(ModelResource):
         hash of the adapter's own weights misses (a changed ``lora_alpha`` kept the old one)."""
         if cls is HFModel and ADAPTER_CLASS and path_or_id is not None and is_adapter_dir(path_or_id):
             cls = ADAPTER_CLASS[0]
+        elif cls is HFModel and GGUF_CLASS and path_or_id is not None and _gguf_shaped(path_or_id):
+            cls = GGUF_CLASS[0]  # ``HFModel(FILE.gguf)``: dequantized by transformers at load (hf_gguf.py)
         return super().__new__(cls)
 
     def __init__(self, path_or_id: str | os.PathLike, dtype: str = "auto", device: str = "auto",
