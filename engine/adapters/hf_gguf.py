@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,9 +77,17 @@ def gguf_path(path: Any, flag: str = "--model") -> Path:
 
 def check_extra(path: Any, flag: str = "--model") -> None:
     """``gguf`` and ``accelerate`` (the ``evaldag[gguf]`` extra) are installed, or one line naming it."""
-    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("gguf", "accelerate") if not _installed(m)]
     if missing:
         raise GGUFError(f"{flag} {path}: a GGUF checkpoint needs {' and '.join(missing)} (the evaldag[gguf] extra): {EXTRA}")
+
+
+def _installed(module: str) -> bool:
+    """Importable, found without importing it (``accelerate`` imports torch); ``sys.modules[name] = None``
+    (Python's way of blocking an import) counts as missing."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
 
 
 @dataclass(frozen=True)
