@@ -38,6 +38,8 @@ def cache_dir(tmp_path, monkeypatch):
 # The real-server fixtures (vLLM, transformers serve, their model), defined once here so that
 # a session starts each server once for every test module that uses it.
 from tests.servers import serve_server, server_model, vllm_server  # noqa: E402,F401
+# The real-model tier's one loaded model (SmolLM2-135M-Instruct's GGUF), shared by its tests.
+from tests.realmodel import smollm  # noqa: E402,F401
 
 
 # Under `pytest -n N --dist loadfile` (the README's command) each worker starts the session
