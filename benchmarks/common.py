@@ -280,14 +280,9 @@ def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | 
     """:func:`check_model` for a GGUF file: its header (extra, architecture, tensor types), then
     the chat template and the masking warning from ``--tokenizer``'s files or the GGUF's own metadata."""
     header = check_gguf(path, flag)
-    if tokenizer is not None:
-        tok_flag = "--tokenizer" if flag == "--model" else flag.removesuffix("model") + "tokenizer"
-        folder = checkpoint_folder(tokenizer, tok_flag)
-        chat = folder is None or has_chat_template(folder)
-        bos_eos = folder is not None and bos_is_eos_without_pad(folder)
-    else:
-        chat = bool(header.chat_template)
-        bos_eos = header.special.get("pad") is None and header.special.get("bos") == header.special.get("eos")
+    folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer") if tokenizer is not None else None
+    chat = has_chat_template(folder) if folder else tokenizer is not None or bool(header.chat_template)
+    bos_eos = bos_is_eos_without_pad(folder) if folder else tokenizer is None and header.bos_is_eos_without_pad()
     if opts.template.apply_chat_template and not chat:
         raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                          "(use --template plain, or --template-args with the model's tags)")

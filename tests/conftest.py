@@ -65,7 +65,7 @@ if importlib.util.find_spec("xdist") is not None:
 # two-minute module collected last leaves the other worker idle at the end. These modules,
 # measured the slowest (2026-11-24, `--durations`), are collected first, in this order; the
 # rest keep theirs. Only inside xdist workers (every worker sorts alike); a plain run is unchanged.
-_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_openai_cli.py",
+_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_realmodel.py", "test_openai_cli.py",
                   "test_openai_fidelity.py", "test_distributed.py", "test_first_hour.py", "test_demo_assets.py",
                   "test_integrations_fsdp.py", "test_editing_tracer.py", "test_sweep_parallel.py", "test_deep_graphs.py")
 

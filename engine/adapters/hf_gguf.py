@@ -22,6 +22,8 @@ and gguf are imported inside functions only.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import importlib.util
 import os
 import sys
@@ -135,6 +137,10 @@ class GGUFHeader:
         """For run.json: the file type, each tensor type's count, and how the numbers were computed."""
         return {"file": self.path.name, "architecture": self.architecture, "file_type": self.file_type,
                 "tensor_types": dict(sorted(self.tensor_types.items())), "scored_as": SCORED_AS}
+
+    def bos_is_eos_without_pad(self) -> bool:
+        """The shape docs/gotchas.md warns about (pad = eos then hides the real bos/eos tokens)."""
+        return self.special.get("pad") is None and self.special.get("bos") == self.special.get("eos")
 
     def dedicated_pad(self) -> bool:
         """A pad token of its own (not bos/eos/unk, not written by the chat template)."""
@@ -277,8 +283,6 @@ class HFGGUFModel(HFModel):
 def _quiet_dequantization() -> Iterator[None]:
     """transformers' GGUF loader draws its own tqdm bar, deaf to ``HF_HUB_DISABLE_PROGRESS_BARS``
     and to transformers' ``disable_progress_bar``: silenced here when either says no bars."""
-    import functools
-
     from transformers import modeling_gguf_pytorch_utils as loader
     from transformers.utils import logging as hf_logging
 
@@ -299,8 +303,6 @@ def as_checkpoint(model: Any) -> Any:
     """A GGUF-loaded model rebuilt as a plain one (same class, config without its
     ``quantization_config``, same tensors), which ``save_pretrained`` accepts: transformers
     refuses to save a model it loaded from a GGUF."""
-    import copy
-
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config

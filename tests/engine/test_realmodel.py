@@ -83,6 +83,11 @@ def test_the_gguf_is_fingerprinted_from_the_file_and_its_quantization_recorded(t
                                                      "quantized arithmetic)"}
     model = smollm.model
     assert model.config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
+    from safetensors.torch import load_file
+
+    saved = load_file(str(smollm.folder / "model.safetensors"))  # the folder the tier reads: the same weights
+    state = model.state_dict()
+    assert set(saved) == set(state) - {"lm_head.weight"} and all(saved[k].equal(state[k]) for k in saved)
     assert fresh.mask_mode_matters()  # pad = eos = <|im_end|>: the reference masking hides real tokens
 
 
