@@ -25,6 +25,7 @@ from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
 from ..engine.adapters.hf_gguf import check_gguf, is_gguf
+from ..engine.adapters.hf_pad import masking_quirk, template_pad_files
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
@@ -271,8 +272,9 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
-        if opts.attention_mask == "reference" and bos_is_eos_without_pad(folder):
-            masking_warning(flag, path)
+        if opts.attention_mask == "reference":
+            masking_warning(flag, path, bos_is_eos_without_pad(folder), opts.template.apply_chat_template and
+                            template_pad_files(folder))
     check_device(opts.device)
 
 
@@ -283,18 +285,19 @@ def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | 
     folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer") if tokenizer is not None else None
     chat = has_chat_template(folder) if folder else tokenizer is not None or bool(header.chat_template)
     bos_eos = bos_is_eos_without_pad(folder) if folder else tokenizer is None and header.bos_is_eos_without_pad()
+    pad_turn = template_pad_files(folder) if folder else None if tokenizer is not None else header.template_pad()
     if opts.template.apply_chat_template and not chat:
         raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                          "(use --template plain, or --template-args with the model's tags)")
-    if opts.attention_mask == "reference" and bos_eos:
-        masking_warning(flag, path)
+    if opts.attention_mask == "reference":
+        masking_warning(flag, path, bos_eos, opts.template.apply_chat_template and pad_turn)
     check_device(opts.device)
 
 
-def masking_warning(flag: str, path: str) -> None:
-    print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
-          "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
-          "masks only padding (docs/gotchas.md)", file=sys.stderr)
+def masking_warning(flag: str, path: str, bos_eos: bool, template_pad: str | None) -> None:
+    quirk = masking_quirk(bos_eos, template_pad)
+    if quirk:
+        print(f"evaldag: warning: {flag} {path}: {quirk}", file=sys.stderr)
 
 
 def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:

@@ -142,6 +142,11 @@ class GGUFHeader:
         """The shape docs/gotchas.md warns about (pad = eos then hides the real bos/eos tokens)."""
         return self.special.get("pad") is None and self.special.get("bos") == self.special.get("eos")
 
+    def template_pad(self) -> str | None:
+        """The pad token (the eos when there is none) when the chat template writes it, else None."""
+        pad = self.special_text.get("pad") or self.special_text.get("eos")
+        return pad if pad and pad in (self.chat_template or "") else None
+
     def dedicated_pad(self) -> bool:
         """A pad token of its own (not bos/eos/unk, not written by the chat template)."""
         pad = self.special.get("pad")

@@ -45,6 +45,25 @@ def dedicated_pad_files(root: Path) -> bool:
     is not found in either (pad = eos, or special tokens this cannot see), the answer is
     False, the safe side.
     """
+    found, text = _special_and_template(root)
+    pads, others = found["pad_token"], found["eos_token"] | found["bos_token"] | found["unk_token"]
+    if len(pads) != 1 or not found["eos_token"]:
+        return False
+    (pad,) = pads
+    return pad not in others and pad not in text
+
+
+def template_pad_files(root: Path) -> str | None:
+    """The pad token (the eos when there is none: open-unlearning's rule) when the chat template
+    writes it, e.g. ChatML's ``<|im_end|>`` ending every turn; None otherwise or when unknown."""
+    found, text = _special_and_template(root)
+    pads = found["pad_token"] or found["eos_token"]
+    return next((p for p in sorted(pads) if p and p in text), None)
+
+
+def _special_and_template(root: Path) -> tuple[dict[str, set[str]], str]:
+    """Every value tokenizer_config.json / special_tokens_map.json give each special token, and
+    every chat template text of the folder."""
     found: dict[str, set[str]] = {k: set() for k in ("pad_token", "eos_token", "bos_token", "unk_token")}
     template = []
     for name in ("tokenizer_config.json", "special_tokens_map.json", "chat_template.json"):
@@ -63,8 +82,17 @@ def dedicated_pad_files(root: Path) -> bool:
         template.append((root / "chat_template.jinja").read_text())
     except OSError:
         pass
-    pads, others = found["pad_token"], found["eos_token"] | found["bos_token"] | found["unk_token"]
-    if len(pads) != 1 or not found["eos_token"]:
-        return False
-    (pad,) = pads
-    return pad not in others and pad not in "\n".join(template)
+    return found, "\n".join(template)
+
+
+def masking_quirk(bos_eos: bool, template_pad: str | None) -> str | None:
+    """The warning's text when open-unlearning's ``ids != pad`` masking hides real tokens: a pad (eos)
+    token the chat template writes inside the prompt, or bos = eos with no pad token; else None."""
+    if template_pad:
+        quirk = (f"the pad token {template_pad} (pad = eos) is also written by the chat template at each turn's "
+                 f"end, so the default masking hides every {template_pad} of the prompt from attention")
+    elif bos_eos:
+        quirk = "the tokenizer has no pad token and its bos equals its eos, so the default masking also hides real bos/eos tokens"
+    else:
+        return None
+    return f"{quirk} and changes scores; --attention-mask padding masks only padding (docs/gotchas.md)"

@@ -310,3 +310,19 @@ def test_the_callback_evaluates_one_training_step_of_the_real_model(tier, plain_
     assert 0 < after < before  # one step of gradient ascent on the forget rows lowers their probability
     logged = [e for e in trainer.state.log_history if "evaldag/forget_Q_A_Prob" in e]
     assert logged and logged[0]["evaldag/forget_Q_A_Prob"] == after
+
+
+def test_the_chatml_pad_eos_quirk_is_said_in_one_line_for_the_gguf_and_its_folder(tier, capsys):
+    from evaldag.benchmarks import common
+    from evaldag.engine.adapters.base import PromptTemplate
+
+    for model in (tier["smollm"].gguf, tier["smollm"].folder):
+        capsys.readouterr()
+        common.check_model(str(model), common.ModelOptions(template=PromptTemplate.chat()))
+        assert capsys.readouterr().err == (
+            f"evaldag: warning: --model {model}: the pad token <|im_end|> (pad = eos) is also written by the chat "
+            "template at each turn's end, so the default masking hides every <|im_end|> of the prompt from attention "
+            "and changes scores; --attention-mask padding masks only padding (docs/gotchas.md)\n")
+        common.check_model(str(model), common.ModelOptions(template=PromptTemplate.chat(), attention_mask="padding"))
+        common.check_model(str(model), common.ModelOptions(template=PromptTemplate.plain()))
+        assert capsys.readouterr().err == ""
