@@ -40,6 +40,22 @@ def gguf_file() -> Path | None:
     return path if path.is_file() else None
 
 
+def smollm2_dir() -> Path | None:
+    """The folder holding the GGUF file, or None when it (or the gguf reader) is missing."""
+    path = gguf_file()
+    return path.parent if path is not None and importlib.util.find_spec("gguf") is not None else None
+
+
+def load_smollm2(folder: Path) -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer), dequantized to fp32 by transformers (benchmarks; tests use :func:`smollm`)."""
+    import torch
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder), gguf_file=GGUF_NAME)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=GGUF_NAME, dtype=torch.float32)
+    return model.eval(), tok
+
+
 def require() -> Path:
     """The GGUF file; skip (fail under CI=true) naming what is missing."""
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
