@@ -25,7 +25,8 @@ from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
 from ..engine.adapters.hf_gguf import check_gguf, is_gguf
-from ..engine.adapters.hf_pad import masking_quirk, template_pad_files
+from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
+                                      masking_quirk, template_pad_files)
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.placement import parse_max_memory
@@ -112,7 +113,7 @@ MODEL_FLAGS = (
           "checkpoint, instead of the adapter_config.json's base_model_name_or_path"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
-    _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
+    _flag("--fallback", default=None, help="with --model openai:URL or vllm:DIR: hf:DIR, the same weights (checked before it serves anything), for what the primary cannot compute"),
     _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
     _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
     _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
@@ -373,39 +374,6 @@ def same_tokenizer_files(mine: dict[str, bytes], theirs: dict[str, bytes]) -> bo
         if da != db:
             return False
     return True
-
-
-def has_tokenizer(folder: Path) -> bool:
-    """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
-    names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")
-    return any((folder / n).is_file() for n in names) or any(folder.glob("*.model"))
-
-
-def bos_is_eos_without_pad(folder: Path) -> bool:
-    """The GPT-2 shape docs/gotchas.md warns about: no pad token (so pad = eos) and bos == eos,
-    read from the tokenizer files alone (nothing loaded)."""
-    tokens: dict[str, Any] = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
-            continue
-        for key in ("pad_token", "bos_token", "eos_token"):
-            value = data.get(key) if isinstance(data, dict) else None
-            value = value.get("content") if isinstance(value, dict) else value
-            if value is not None:
-                tokens.setdefault(key, value)
-    return "pad_token" not in tokens and tokens.get("bos_token") is not None and tokens.get("bos_token") == tokens.get("eos_token")
-
-
-def has_chat_template(folder: Path) -> bool:
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
-        return True
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(isinstance(config, dict) and config.get("chat_template"))
 
 
 def check_device(device: str) -> None:

@@ -61,16 +61,6 @@ def is_adapter_dir(path: Any) -> bool:
         return False
 
 
-def _gguf_shaped(path: Any) -> bool:
-    """A ``.gguf`` file, or a folder with a ``.gguf`` and no ``config.json`` (hf_gguf.py says which)."""
-    try:
-        p = Path(str(path)).expanduser()
-        return (p.suffix.lower() == ".gguf" and p.is_file()) or (
-            p.is_dir() and not (p / "config.json").is_file() and any(p.glob("*.gguf")))
-    except OSError:
-        return False
-
-
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -104,7 +94,7 @@ class HFModel(ModelResource):
         hash of the adapter's own weights misses (a changed ``lora_alpha`` kept the old one)."""
         if cls is HFModel and ADAPTER_CLASS and path_or_id is not None and is_adapter_dir(path_or_id):
             cls = ADAPTER_CLASS[0]
-        elif cls is HFModel and GGUF_CLASS and path_or_id is not None and _gguf_shaped(path_or_id):
+        elif cls is HFModel and GGUF_CLASS and path_or_id is not None and GGUF_CLASS[0].claims(path_or_id):
             cls = GGUF_CLASS[0]  # ``HFModel(FILE.gguf)``: dequantized by transformers at load (hf_gguf.py)
         return super().__new__(cls)
 
@@ -207,6 +197,16 @@ class HFModel(ModelResource):
         # which cannot notice the repository changing on the hub.
         snapshot = _hub_snapshot(self.path)
         return _digest("hf-hub-1", self.path, snapshot.name if snapshot else "unresolved", f"dtype={dtype}", *mask)
+
+    def weights_fingerprint(self) -> str | None:
+        """The weight files' contents, their names aside (the backend contract); None for a hub id
+        or in-memory objects, whose files evaldag does not hash."""
+        if self._objects is not None or not self.is_dir:
+            return None
+        self.fingerprint()
+        if self._snapshot is None:
+            return None
+        return _digest("weights-1", *sorted(d for n, (_, d) in self._snapshot.files.items() if Path(n).suffix in WEIGHT_SUFFIXES))
 
     def device_type(self) -> str:
         """``cpu``, ``cuda`` or ``mps``: where this model runs, known without importing torch.

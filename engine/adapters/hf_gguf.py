@@ -199,6 +199,8 @@ class HFGGUFModel(HFModel):
     ``tokenizer``: a folder or hub id whose tokenizer replaces the GGUF's own (``--tokenizer``).
     """
 
+    claims = staticmethod(is_gguf)  # ``HFModel(path)`` is one of these when this says so
+
     def __init__(self, path_or_id: Any, dtype: str = "auto", device: str = "auto", attn_implementation: str | None = None,
                  attention_mask: str = "reference", device_map: str | None = None, max_memory: dict | None = None,
                  offload_folder: str | None = None, tokenizer: str | None = None):

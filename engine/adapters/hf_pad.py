@@ -4,6 +4,10 @@
 padding-only masking give different numbers only where a real token equals the pad id,
 which cannot happen with a dedicated pad token. Read from the tokenizer object, or from
 the tokenizer files alone (so a warm rerun imports no transformers).
+
+The model check before a run (``benchmarks/common.check_model``) reads the same files for
+what else it needs to know up front: is there a vocabulary, a chat template, a bos equal to
+the eos, a pad the chat template writes (then the masking warning, :func:`masking_quirk`).
 """
 
 from __future__ import annotations
@@ -96,3 +100,36 @@ def masking_quirk(bos_eos: bool, template_pad: str | None) -> str | None:
     else:
         return None
     return f"{quirk} and changes scores; --attention-mask padding masks only padding (docs/gotchas.md)"
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
+    names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")
+    return any((folder / n).is_file() for n in names) or any(folder.glob("*.model"))
+
+
+def bos_is_eos_without_pad(folder: Path) -> bool:
+    """The GPT-2 shape docs/gotchas.md warns about: no pad token (so pad = eos) and bos == eos,
+    read from the tokenizer files alone (nothing loaded)."""
+    tokens: dict[str, Any] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        for key in ("pad_token", "bos_token", "eos_token"):
+            value = data.get(key) if isinstance(data, dict) else None
+            value = value.get("content") if isinstance(value, dict) else value
+            if value is not None:
+                tokens.setdefault(key, value)
+    return "pad_token" not in tokens and tokens.get("bos_token") is not None and tokens.get("bos_token") == tokens.get("eos_token")
+
+
+def has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(config, dict) and config.get("chat_template"))
