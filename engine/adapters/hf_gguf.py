@@ -155,6 +155,13 @@ class GGUFHeader:
         return str(self.special_text.get("pad")) not in (self.chat_template or "")
 
 
+@functools.lru_cache(maxsize=8)
+def _header(path: str, *stat_key: int) -> GGUFHeader:
+    """The header of one file version (its stat in the key): the model check, the resource and
+    run.json's record read the 49k-token vocabulary's metadata once per process."""
+    return GGUFHeader.read(Path(path))
+
+
 def supported_architectures() -> list[str]:
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # no torch import
 
@@ -180,7 +187,8 @@ def check_gguf(path: Any, flag: str = "--model") -> GGUFHeader:
     its architecture and gguf can dequantize every tensor type in it. Returns its header."""
     check_extra(path, flag)
     file = gguf_path(path, flag)
-    header = GGUFHeader.read(file)
+    st = file.stat()
+    header = _header(str(file), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     archs = supported_architectures()
     arch = header.architecture
     if _transformers_name(arch) not in archs:
