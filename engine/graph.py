@@ -99,6 +99,7 @@ class Graph:
         self.vertices: dict[str, Vertex] = {}
         self.roots: list[str] = []
         self._names: dict[tuple[str | None, str], str] = {}
+        self._by_name: dict[str, dict[str | None, str]] = {}  # display name -> group -> vertex key
         self.groups: list[str | None] = []
         for node in nodes:
             if not isinstance(node, Node):
@@ -212,6 +213,7 @@ class Graph:
             )
         self._one_metric_per_name(v, group, name)
         self._names[(group, name)] = v.key
+        self._by_name.setdefault(name, {})[group] = v.key
         if (group, name) not in v.names:
             v.names.append((group, name))
         if group not in self.groups:
@@ -220,13 +222,13 @@ class Graph:
     def _one_metric_per_name(self, v: Vertex, group: str | None, name: str) -> None:
         """An ungrouped name that a group's different metric also has is refused: the plain
         name (``find``, RUN_EVAL.json, run.json) would reach one of them for both."""
-        for (g, n), key in self._names.items():
-            if n == name and key != v.key and (g is None) != (group is None):
+        for g, key in self._by_name.get(name, {}).items():
+            if key != v.key and (g is None) != (group is None):
                 mine, theirs = (v, group), (self.vertices[key], g)
                 grouped, plain = (mine, theirs) if group is not None else (theirs, mine)
                 raise GraphError(f"two metrics named {name!r} in one run: {grouped[1]}'s ({_origin(grouped[0])}) and an "
-                                 f"ungrouped one ({_origin(plain[0])}), whose results would be one file's; rename the "
-                                 "ungrouped one")
+                                 f"ungrouped one ({_origin(plain[0])}); the one name would show one value for both: "
+                                 "rename the ungrouped one")
 
     # ------------------------------------------------------------------ queries
     def order(self) -> list[Vertex]:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -25,14 +26,18 @@ EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 ROWS = 8  # rows per TOFU subset: enough to tell values apart, a fraction of the time
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    """tofu_tiny with its first ROWS rows per subset."""
-    folder = tmp_path_factory.mktemp("tofu")
+def trimmed(folder: Path) -> Path:
+    """tofu_tiny with its first ROWS rows per subset, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
     for f in (FIX / "tofu_tiny").iterdir():
         lines = f.read_text().splitlines(keepends=True)
         (folder / f.name).write_text("".join(lines if f.suffix != ".json" else lines[:ROWS]))
     return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return trimmed(tmp_path_factory.mktemp("tofu"))
 
 
 def tofu(data: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -42,7 +47,7 @@ def tofu(data: Path, out: Path, cache: Path, *extra: str) -> subprocess.Complete
                           capture_output=True, text=True, env=env, timeout=900)
 
 
-def _read(out: Path, name: str) -> dict:
+def read(out: Path, name: str) -> dict:
     return json.loads((out / name).read_text())
 
 
@@ -68,21 +73,13 @@ def mean_answer_size(data):
 '''
 
 
-def test_an_edited_helper_of_a_metric_file_is_recomputed(tmp_path, data):
-    file = tmp_path / "my_metrics.py"
+def metric_file_case(tmp: Path) -> tuple[tuple[str, ...], Callable[[], object], Callable[[Path], float], str]:
+    """A @metric calling a helper of its file; the edit makes the helper count characters, not words
+    -> (run arguments, the edit, the value read from an output folder, the node's name)."""
+    file = tmp / "my_metrics.py"
     file.write_text(HELPED)
-    first = tofu(data, tmp_path / "before", tmp_path / "cache", "--add-metric", str(file))
-    assert first.returncode == 0, first.stderr
-    words = _read(tmp_path / "before", "RUN_SUMMARY.json")["mean_answer_size"]
-    file.write_text(HELPED.replace('len(row["answer"].split())', 'len(row["answer"])'))  # words -> characters
-    again = tofu(data, tmp_path / "after", tmp_path / "cache", "--add-metric", str(file))
-    assert again.returncode == 0, again.stderr
-    rows = [json.loads(x) for x in (data / "forget10_perturbed.json").read_text().splitlines() if x.strip()]
-    chars = sum(len(r["answer"]) for r in rows) / len(rows)
-    assert words == pytest.approx(sum(len(r["answer"].split()) for r in rows) / len(rows)) and chars != words
-    assert _read(tmp_path / "after", "RUN_SUMMARY.json")["mean_answer_size"] == pytest.approx(chars)
-    node = _read(tmp_path / "after", "run.json")["nodes"]["mean_answer_size"]
-    assert (node["status"], node["reason"]) == ("computed", "code")
+    return (("--add-metric", str(file)), lambda: file.write_text(HELPED.replace('len(row["answer"].split())', 'len(row["answer"])')),
+            lambda out: read(out, "RUN_SUMMARY.json")["mean_answer_size"], "mean_answer_size")
 
 
 HANDLER = '''
@@ -106,22 +103,34 @@ handler: answer_size
 """
 
 
-def test_an_edited_helper_of_an_open_unlearning_handler_is_recomputed(tmp_path, data):
-    handlers, config = tmp_path / "handlers.py", tmp_path / "answer_size.yaml"
+def handler_case(tmp: Path) -> tuple[tuple[str, ...], Callable[[], object], Callable[[Path], float], str]:
+    """An open-unlearning handler calling a helper of its file, through its config; the same edit."""
+    handlers, config = tmp / "handlers.py", tmp / "answer_size.yaml"
     handlers.write_text(HANDLER)
     config.write_text(CONFIG)
-    args = ("--add-metric", str(handlers), "--add-metric", str(config))
-    first = tofu(data, tmp_path / "before", tmp_path / "cache", *args)
-    assert first.returncode == 0, first.stderr
-    before = _read(tmp_path / "before", "TOFU_SUMMARY.json")["forget_answer_size"]
-    handlers.write_text(HANDLER.replace('len(row["answer"].split())', 'len(row["answer"])'))
-    again = tofu(data, tmp_path / "after", tmp_path / "cache", *args)
-    fresh = tofu(data, tmp_path / "fresh", tmp_path / "cache-fresh", *args)
-    assert again.returncode == 0 and fresh.returncode == 0, again.stderr + fresh.stderr
-    want = _read(tmp_path / "fresh", "TOFU_SUMMARY.json")["forget_answer_size"]
-    assert want != before
-    assert _read(tmp_path / "after", "TOFU_SUMMARY.json")["forget_answer_size"] == want
-    assert _read(tmp_path / "after", "run.json")["nodes"]["forget_answer_size"]["status"] == "computed"
+    return (("--add-metric", str(handlers), "--add-metric", str(config)),
+            lambda: handlers.write_text(HANDLER.replace('len(row["answer"].split())', 'len(row["answer"])')),
+            lambda out: read(out, "TOFU_SUMMARY.json")["forget_answer_size"], "forget_answer_size")
+
+
+def edited_run(tmp: Path, data: Path, args: tuple[str, ...], edit: Callable[[], object]) -> list[subprocess.CompletedProcess]:
+    """Run, edit, rerun on the same cache ("after"), and the edited file on a fresh cache ("fresh")."""
+    first = tofu(data, tmp / "before", tmp / "cache", *args)
+    edit()
+    return [first, tofu(data, tmp / "after", tmp / "cache", *args), tofu(data, tmp / "fresh", tmp / "cache-fresh", *args)]
+
+
+@pytest.mark.parametrize("case", [metric_file_case, handler_case], ids=lambda c: c.__name__)
+def test_an_edited_helper_in_the_file_is_recomputed(tmp_path, data, case):
+    args, edit, value, name = case(tmp_path)
+    procs = edited_run(tmp_path, data, args, edit)
+    assert all(p.returncode == 0 for p in procs), "".join(p.stderr for p in procs)
+    before, got, want = (value(tmp_path / d) for d in ("before", "after", "fresh"))
+    rows = [json.loads(x) for x in (data / "forget10_perturbed.json").read_text().splitlines() if x.strip()]
+    assert before == pytest.approx(sum(len(r["answer"].split()) for r in rows) / len(rows))
+    assert want == pytest.approx(sum(len(r["answer"]) for r in rows) / len(rows))
+    assert got == want, f"served {got} after the helper was edited; a fresh cache computes {want} (before: {before})"
+    assert read(tmp_path / "after", "run.json")["nodes"][name]["status"] == "computed"
 
 
 # ---------------------------------------------------------------------- one name, two metrics
