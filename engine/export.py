@@ -18,14 +18,13 @@ pandas is needed only for ``to_pandas()`` and parquet (the ``evaldag[pandas]`` e
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .checkpoints import run_step
+from .checkpoints import run_step, step_of
 from .registry import BENCHMARKS
 from .sweepdir import run_folders as sweep_runs
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
@@ -120,25 +119,51 @@ def collect(paths: Sequence[str | Path]) -> list[dict]:
 
 def result_rows(result: Any, run: str = "") -> list[dict]:
     """Rows of a :class:`RunResult` in memory, named like the files its run would write; the
-    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too."""
+    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too. Once its
+    files are written, ``run`` and ``step`` default to what ``evaldag export`` of that folder says."""
     groups = [g for g in result.graph.groups if g is not None]
     summaries = {g.upper(): result.summary(g) for g in groups}
-    if None in result.graph.groups and result.summary(None):
-        summaries["RUN"] = result.summary(None)
-    return rows(run, model_of(result.provenance), summaries, splits_for(g.lower() for g in groups))
+    # as the files are written (outputs/files.py): nodes named without a group, or a graph with no
+    # group at all (unnamed roots, by their label), make the RUN pair
+    ungrouped = result.summary(None) if None in result.graph.groups or not groups else {}
+    if ungrouped:
+        summaries["RUN"] = ungrouped
+    model, out = model_of(result.provenance), getattr(result, "out", None)
+    run = run or (Path(out).resolve().name if out is not None else "")
+    step = run_step(run, Path(out), model) if out is not None else step_of(run, model, {})[0]
+    return rows(run, model, summaries, splits_for(g.lower() for g in groups), step)
 
 
 def _cell(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+#: what a spreadsheet reads as the start of a formula (or, for a tab or carriage return, lets one through)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(v: Any) -> Any:
+    """A CSV cell safe to open in a spreadsheet: text starting with ``= + - @``, a tab or a
+    carriage return gets a leading ``'`` (shown as text, never run as a formula: a run folder
+    named ``=HYPERLINK(...)`` would otherwise be a live link); numbers and other text are kept.
+    JSON lines and parquet keep the raw text: they are read by programs, not spreadsheets."""
+    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def _csv_field(v: Any) -> str:
+    text = "" if _cell(v) is None else str(csv_cell(v))
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
+
+
+def csv_text(table: Iterable[dict], fields: Sequence[str]) -> str:
+    """``table`` as CSV (RFC 4180 quoting, ``\\n`` line ends): a cell holding a comma, a quote or
+    a line break (a carriage return too, which the ``csv`` module leaves bare when lines end in
+    ``\\n``) is quoted; an empty or non-finite value is an empty cell; formulas are escaped."""
+    return "".join(",".join(_csv_field(r[k]) for k in fields) + "\n" for r in [dict(zip(fields, fields)), *table])
+
+
 def to_csv(table: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for r in table:
-        w.writerow({k: ("" if _cell(r[k]) is None else r[k]) for k in COLUMNS})
-    return buf.getvalue()
+    return csv_text(table, COLUMNS)
 
 
 def to_jsonl(table: list[dict]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from .declare import REGISTRY, ProviderDef
@@ -56,15 +57,16 @@ class Rows:
 
     kind = "data"
 
-    def __init__(self, loader: Callable[[], list[dict]], source: str = ""):
+    def __init__(self, loader: Callable[[], list[dict]], source: str = "", limit: float | None = None):
         self.loader = loader
         self.source = source
+        self.limit = limit  # the first N rows, or a fraction below 1 of them (--limit)
         self._rows: list[dict] | None = None
         self._fp: str | None = None
 
     def value(self) -> list[dict]:
         if self._rows is None:
-            self._rows = list(self.loader())
+            self._rows = first_rows(list(self.loader()), self.limit)
         return self._rows
 
     def fingerprint(self) -> str:
@@ -73,8 +75,18 @@ class Rows:
         return self._fp
 
     def describe(self) -> dict:
-        """The source; the row count only once loaded (describing never loads data)."""
-        return {"source": self.source, **({"rows": len(self._rows)} if self._rows is not None else {})}
+        """The source (and ``--limit``); the row count only once loaded (describing never loads data)."""
+        return {"source": self.source, **({"limit": self.limit} if self.limit is not None else {}),
+                **({"rows": len(self._rows)} if self._rows is not None else {})}
+
+
+def first_rows(rows: list, limit: float | None) -> list:
+    """The first ``limit`` rows (a whole number), or the first ``ceil(limit * len)`` for a fraction
+    below 1: lm-evaluation-harness's ``--limit``. The rows used are what the fingerprint hashes."""
+    if limit is None:
+        return rows
+    n = int(limit) if limit >= 1 else math.ceil(len(rows) * limit)
+    return rows[:n]
 
 
 def hash_rows(rows: list) -> str:
@@ -184,3 +196,16 @@ class ResourceSet:
 
     def model_fingerprints(self) -> dict[str, str]:
         return {k: r.fingerprint() for k, r in self.supplied.items() if r.kind == "model"}
+
+    def described(self, resources: Mapping[str, str]) -> dict[str, dict]:
+        """What each supplied resource a node reads is (path, source, rows), by its name in the run:
+        kept in the node's cache entry, so ``cache explain`` says which model and data it is for."""
+        out = {}
+        for name in resources.values():
+            r = self.supplied.get(name)
+            try:
+                d = {"kind": r.kind, **r.describe()} if r is not None and hasattr(r, "describe") else None
+                out[name] = json.loads(json.dumps(d, default=str))  # plain JSON, as the entry's header holds it
+            except Exception:  # noqa: BLE001 - a description is provenance: never fail a node for it
+                out[name] = None
+        return {k: v for k, v in out.items() if v}

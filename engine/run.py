@@ -1,9 +1,8 @@
 """Running a graph: cached nodes load, the rest run in dependency order, in stages.
 
 Each round takes every node whose parents are done. Ready scorers are driven together:
-each yields its requests, the executor serves all of them at once (so batches span
-metrics and benchmarks), and each scorer gets its results back, for as many rounds as
-it asks. Ready aggregators run on the CPU, in parallel through joblib when ``n_jobs``
+each yields its requests, the executor serves all of them at once (batches span metrics
+and benchmarks), and each scorer gets its results back, for as many rounds as it asks. Ready aggregators run on the CPU, in parallel through joblib when ``n_jobs``
 allows. Every finished node is written to the store at once, under a per-node file
 lock, so a killed run resumes and two processes never compute one node twice.
 
@@ -107,7 +106,7 @@ def run(
         loaded=runner.values,
         executor=executor.stats.summary(),
         wall_seconds=time.perf_counter() - t0,
-        provenance=prov,
+        provenance=prov, lock_wait_seconds=runner.lock_wait_seconds,
     )
 
 
@@ -131,6 +130,7 @@ class _Runner:
         self.store, self.history = cache.nodes, cache.history
         self.n_jobs, self.force = n_jobs, force
         self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
+        self.lock_wait_seconds = 0.0  # of the run's time, waiting for other processes' nodes
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = history_slots(graph)
@@ -199,7 +199,9 @@ class _Runner:
             for lk in locks.values():
                 lk.release()
         for v in theirs:  # another process computes it: wait, saying for whom after a few seconds
+            t0 = time.perf_counter()
             with self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout):
+                self.lock_wait_seconds += time.perf_counter() - t0
                 if not self._drop_done([v]):
                     continue
                 self._compute([v])
@@ -257,15 +259,15 @@ class _Runner:
             self.flags[key] = meta["nonfinite"]
 
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
-        reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds,
-                "reason": reason}  # a later warm run's record says when, how long and why it was computed
+                "reason": (reason := self.reason(v))}  # a later warm run's record says when, how long and why
         # downstream of a model with non-finite logits: the value says so, and so does every child's
         flag = self.flags.get(v.key) or next((self.flags[pk] for pk in v.parent_keys.values() if pk in self.flags), None)
         if flag:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
-        if v.key in self.plan.labels:  # `cache explain` names the backend that served it
+        meta["reads"] = self.rs.described(v.resources)  # `cache explain` names the model and data, and
+        if v.key in self.plan.labels:  # the backend that served it
             meta["backend"] = self.plan.labels[v.key]
         self.store.put(v.fingerprint, value, meta)
         remember(self.history, self.slots[v.key], v.components)

@@ -116,12 +116,22 @@ def cmd(args: argparse.Namespace) -> int:
     args.fingerprint = args.fingerprint[0] if args.fingerprint else None
     try:
         cache = Cache(args.cache_dir, inspect=args.action in LOOK)
+        if args.action in LOOK and not cache.root.exists() and not cache.root.is_symlink():
+            return _no_cache_yet(args.action, cache.root)
         if args.action in LOOK:
             require_marker(cache.root)
         return _action(args, cache)
     except NotACache as e:  # not a cache folder, an empty path
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+
+
+def _no_cache_yet(action: str, root) -> int:
+    """A cache that does not exist yet is empty, not an error: the default one before the first run."""
+    if action == "info":
+        print(json.dumps({"root": str(root), "nodes": 0, "node_bytes": 0, "requests": 0, "request_bytes": 0}, indent=2))
+    print(f"evaldag: the cache {root} is empty: it does not exist yet (the first `evaldag run` makes it)", file=sys.stderr)
+    return 0
 
 
 def _action(args: argparse.Namespace, cache: Cache) -> int:
@@ -183,5 +193,23 @@ def explain(store, what: str) -> int:
         return 2
     for other in entries[1:]:
         print(f"evaldag: also stored under {what!r}: {other.fingerprint} (older)", file=sys.stderr)
-    print(json.dumps(entries[0].meta, indent=2, sort_keys=True))
+    meta = dict(entries[0].meta)
+    meta["reads"] = reads_of(store, meta)
+    print(json.dumps(meta, indent=2, sort_keys=True))
     return 0
+
+
+def reads_of(store, meta: dict) -> dict:
+    """The model and data an entry was computed from: its own ``reads`` and its parents' (an
+    aggregator reads no resource itself; its scorers do), found through the stored parents."""
+    out, seen, todo = {}, set(), [meta]
+    while todo:
+        m = todo.pop()
+        out.update({k: v for k, v in (m.get("reads") or {}).items() if k not in out})
+        for fp in ((m.get("components") or {}).get("parents") or {}).values():
+            if isinstance(fp, str) and fp not in seen:
+                seen.add(fp)
+                parent = store.get(fp)
+                if parent is not None:
+                    todo.append(parent.meta)
+    return out
