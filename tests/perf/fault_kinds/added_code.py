@@ -11,6 +11,10 @@ One row per case, each run as a user runs it (``evaldag run tofu --add-metric ..
   (recovered when equal; wrong numbers when the stored value comes back);
 * input to refuse: a metric named like TOFU's own, ``sys.exit(0)`` while the file is
   imported, a task YAML that does not parse (exit 2, one line naming the culprit).
+
+Measured (``--only added_code``, 10 trials): with the code before these checks, 1 recovered
+(the included YAML: its keys were already in the digest), 7 wrong numbers, 2 unclear
+("unknown task" for a file that does not parse); with them, 6 recovered, 4 failed clearly.
 """
 
 from __future__ import annotations
