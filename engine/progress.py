@@ -108,7 +108,10 @@ class NoBar:
 
 
 class LineBar:
-    """A forced bar on a pipe: one plain line per :data:`PIPE_INTERVAL` seconds and one when done."""
+    """A forced bar on a pipe: one plain line per :data:`PIPE_INTERVAL` seconds and one when done.
+
+    The line comes every interval even when nothing finished meanwhile (a heartbeat thread), so
+    a log shows a long step is still running instead of going silent for minutes."""
 
     def __init__(self, total: float, desc: str, unit: str, stream: TextIO, initial: float = 0.0,
                  interval: float | None = None):
@@ -118,6 +121,18 @@ class LineBar:
         self.interval = PIPE_INTERVAL if interval is None else interval
         self.last: float | None = None  # when the last line was printed
         self.printed: float | None = None  # the count it showed
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.beat = threading.Thread(target=self._heartbeat, daemon=True)
+        self.beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self.stopped.wait(self.interval / 2):
+            with self.lock:
+                if self.stopped.is_set():
+                    return
+                if time.monotonic() - (self.last if self.last is not None else self.t0) >= self.interval:
+                    self._line()
 
     def _line(self) -> None:
         pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
@@ -128,11 +143,14 @@ class LineBar:
         self.last, self.printed = time.monotonic(), self.n
 
     def update(self, n: float = 1) -> None:
-        self.n += n
-        if self.last is None or time.monotonic() - self.last >= self.interval:
-            self._line()
+        with self.lock:
+            self.n += n
+            if self.last is None or time.monotonic() - self.last >= self.interval:
+                self._line()
 
     def close(self) -> None:
         """The final line, unless it was just printed."""
-        if self.printed != self.n:
-            self._line()
+        with self.lock:
+            self.stopped.set()
+            if self.printed != self.n:
+                self._line()

@@ -103,6 +103,31 @@ def test_forced_lines_on_a_pipe_come_at_most_every_interval():
     assert [x.split(",")[0] for x in sink.lines] == ["evaldag x: 10/100 tok (10%)", "evaldag x: 100/100 tok (100%)"]
 
 
+def test_a_plain_bar_prints_every_interval_while_nothing_finishes():
+    """On a pipe a long step (one generation batch) still gives a line every few seconds."""
+    import time
+
+    class Sink:
+        def __init__(self):
+            self.lines = []
+
+        def write(self, s):
+            self.lines += [x for x in s.splitlines() if x]
+
+        def flush(self):
+            pass
+
+    sink = Sink()
+    bar = progress.LineBar(100, "evaldag generate", "tok", sink, interval=0.2)
+    bar.update(5)
+    time.sleep(1.1)  # no update: the heartbeat prints
+    beats = len(sink.lines)
+    bar.close()
+    assert beats >= 4 and all(x.startswith("evaldag generate: 5/100 tok (5%), ") for x in sink.lines[:beats])
+    time.sleep(0.3)
+    assert len(sink.lines) == beats  # closed: nothing more (5 was already shown)
+
+
 @pytest.mark.parametrize("forced, tty, shown", [(None, True, True), (None, False, False), (True, False, True),
                                                 (False, True, False)])
 def test_when_a_bar_is_wanted(forced, tty, shown):
