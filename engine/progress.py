@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any, Callable, TextIO
 
+import networkx as nx
+
 PIPE_INTERVAL = 5.0  # seconds between the plain lines a forced bar prints on a pipe
 
 
@@ -167,8 +169,6 @@ class StageLines:
         self.k = 0
         self.n = 0
         if self.on:
-            import networkx as nx
-
             self.n = sum(1 for _ in nx.topological_generations(graph.subgraph(v.key for v in pending)))
 
     def say(self, ready: list) -> None:

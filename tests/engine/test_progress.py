@@ -86,20 +86,23 @@ def test_an_aggregator_stage_longer_than_a_second_gets_a_bar(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("evaldag aggregators: 1/1 nodes (100%)")
     run([_quick(name="quick")], {"data": Rows(lambda: [1, 2])}, cache=tmp_path / "c", progress=True)
-    assert "aggregators" not in capsys.readouterr().err  # a stage under a second shows nothing
+    assert "evaldag aggregators" not in capsys.readouterr().err  # a stage under a second shows no bar
+
+
+class Sink:
+    """A stream that keeps the lines a bar prints."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, s):
+        self.lines += [x for x in s.splitlines() if x]
+
+    def flush(self):
+        pass
 
 
 def test_forced_lines_on_a_pipe_come_at_most_every_interval():
-    class Sink:
-        def __init__(self):
-            self.lines = []
-
-        def write(self, s):
-            self.lines += [x for x in s.splitlines() if x]
-
-        def flush(self):
-            pass
-
     sink = Sink()
     bar = progress.LineBar(100, "evaldag x", "tok", sink, interval=3600)
     for _ in range(10):
@@ -111,16 +114,6 @@ def test_forced_lines_on_a_pipe_come_at_most_every_interval():
 def test_a_plain_bar_prints_every_interval_while_nothing_finishes():
     """On a pipe a long step (one generation batch) still gives a line every few seconds."""
     import time
-
-    class Sink:
-        def __init__(self):
-            self.lines = []
-
-        def write(self, s):
-            self.lines += [x for x in s.splitlines() if x]
-
-        def flush(self):
-            pass
 
     sink = Sink()
     bar = progress.LineBar(100, "evaldag generate", "tok", sink, interval=0.2)
