@@ -22,6 +22,7 @@ from ..executor import Executor
 from ..graph import Graph, GraphError
 from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, write
 from ..planner import plan
+from ..progress import hushed
 from ..redact import redact_argv
 from ..resources import MissingResource, ResourceSet
 from .. import runlog
@@ -166,7 +167,8 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     out = Path(args.out or "evaldag-out")
     old = term_raises()
     try:
-        return _cmd(args, group)
+        with hushed(args.quiet):  # --quiet: no lines about a server's retries either
+            return _cmd(args, group)
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
         signum = getattr(e, "signum", signal.SIGINT)
         what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"
