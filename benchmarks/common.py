@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
-from ..engine.adapters.hf_peft import check_adapter
+from ..engine.adapters.hf_peft import check_adapter, check_shapes
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.model_args import parse_pairs
 from ..engine.adapters.placement import parse_max_memory
@@ -256,6 +256,8 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         base_folder = checkpoint_folder(base, flag)
         if base_folder is not None and not (base_folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: its base {base}: no config.json there, so not a model checkpoint folder")
+        if base_folder is not None:  # the adapter's shapes against the base's hidden size, before loading
+            check_shapes(folder, base_folder, f"{flag} {path}", base)
         if not has_tokenizer(folder) and base_folder is not None and not has_tokenizer(base_folder):
             raise ValueError(f"{flag} {path}: no tokenizer in the adapter's folder nor in its base {base}")
         tokenizer = str(folder if has_tokenizer(folder) else base_folder or base)  # the adapter's own, else the base's

@@ -5,7 +5,8 @@ completion whose prompts are all the first prompt it saw) and answers the real w
 ``mode`` says: ``ok`` (valid prompt log-probs), ``hang`` (no answer until it is stopped),
 ``429`` (rate-limited, ``Retry-After: 1``), ``500``, ``huge`` (a body of ``huge_mb`` MB, no
 Content-Length), ``notjson`` (an HTML page), ``nested`` (JSON nested 100,000 deep),
-``choices`` (one choice too few). ``auth`` (``"user:pass"``) requires HTTP basic auth on
+``choices`` (one choice too few), ``probe500`` (a 500 to the identity probe, after the
+checks passed: a server that fell over between the two). ``auth`` (``"user:pass"``) requires HTTP basic auth on
 every route; ``query`` (``"api_key=X"``) requires that query string on every route. Each
 request's path is kept in ``paths``.
 
@@ -21,7 +22,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ("ok", "hang", "429", "500", "huge", "notjson", "nested", "choices")
+MODES = ("ok", "hang", "429", "500", "huge", "notjson", "nested", "choices", "probe500")
 
 
 class BadServer:
@@ -62,6 +63,8 @@ class BadServer:
         if self._probe is None:
             self._probe = prompts
         if prompts == self._probe:
+            if self.mode == "probe500" and body.get("max_tokens", 1) > 1:
+                return 500, {}, _json({"error": {"message": "engine crashed"}})
             return 200, {}, _json(self.probe(body))
         self.work_calls += 1
         if self.mode == "hang":

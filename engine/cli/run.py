@@ -15,6 +15,7 @@ from ..benchmark import Benchmark
 from ..menu import did_you_mean
 from ..registry import BENCHMARKS
 from ..report import write_report_html
+from ..backend import ServingError
 from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
 from ..distributed.checkpoints import shared_graph
@@ -300,7 +301,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
                      provenance={"command": args.command_line, **getattr(args, "sweep_provenance", {})})
-    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure, ServingError) as e:  # a full disk, a server gone: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)

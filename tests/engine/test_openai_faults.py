@@ -41,8 +41,9 @@ def failed_line(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def files_text(root: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.is_file() and p.suffix != ".sqlite")
+def files_text(*roots: Path) -> str:
+    """Every byte under ``roots`` (outputs, the cache with its run log), as text."""
+    return "".join(p.read_bytes().decode("latin-1") for root in roots for p in sorted(root.rglob("*")) if p.is_file())
 
 
 @pytest.mark.parametrize("mode,says", [
@@ -121,7 +122,7 @@ def test_basic_auth_in_the_url_is_used_and_the_password_printed_nowhere(tmp_path
         url = s.url.replace("http://", f"http://user:{secret}@")
         r = run(url, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out")
+    assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
     assert "http://***@127.0.0.1" in (tmp_path / "out" / "run.json").read_text()
 
 
@@ -133,7 +134,7 @@ def test_a_key_in_the_query_is_kept_on_every_route_and_printed_nowhere(tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert paths and all(p.endswith(f"?api_key={secret}") for p in paths), paths
     assert {p.split("?")[0] for p in paths} >= {"/v1/models", "/v1/completions"}
-    assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out")
+    assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
 
 
 def test_credentials_are_printed_in_no_error(tmp_path):
@@ -144,3 +145,19 @@ def test_credentials_are_printed_in_no_error(tmp_path):
     text = r.stdout + r.stderr + files_text(tmp_path / "out")
     assert r.returncode in (1, 2) and secret not in text and qsecret not in text, text[-2000:]
     assert "Traceback" not in text
+
+
+def test_a_server_that_fails_after_its_checks_is_one_line(tmp_path):
+    """The identity probe (after the checks passed) answered 500: one line, exit 2, nothing written."""
+    with BadServer("probe500") as s:
+        r = run(s.url, tmp_path, "--model-arg", "retries=0")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"evaldag: error: openai:{s.url}/v1: POST /v1/completions answered 500: engine crashed"], r.stderr[-3000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweeps_folder_names_hold_no_credentials():
+    from evaldag.engine.cli.sweep import folder_names
+
+    names = folder_names(["openai:http://u:PASS@h:8000/v1?api_key=SEC", "openai:http://g:8000/v1"])
+    assert not any("PASS" in n or "SEC" in n for n in names) and len(set(names)) == 2
