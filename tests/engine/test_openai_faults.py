@@ -96,6 +96,23 @@ def test_an_answer_larger_than_the_cap_is_refused_while_read(tmp_path):
                          "a larger cap: --model-arg max_body_mb=N"), line
 
 
+def test_a_runaway_body_never_sits_in_memory_whole(tmp_path):
+    """200 MB answers with no Content-Length under the default 32 MB cap: refused while read, and the
+    process stays near an ordinary run's size (a body read whole, then parsed, took 2.8 GB for 300 MB)."""
+    code = ("import resource, sys\nfrom evaldag.engine.cli import main\nrc = main(sys.argv[1:])\n"
+            "print('maxrss_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)\n"
+            "raise SystemExit(rc)")
+    with BadServer("huge", huge_mb=200) as s:
+        r = subprocess.run([sys.executable, "-c", code, "run", "tofu", "--model", f"openai:{s.url}/v1", "--tokenizer",
+                            str(TOK), "--data", str(FIX / "tofu_tiny"), "--metrics", "forget_Q_A_Prob", "--out",
+                            str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert failed_line(r).endswith("the answer is larger than 32 MB (max_body_mb), refused; a larger cap: "
+                                   "--model-arg max_body_mb=N")
+    rss = int(r.stderr.rsplit("maxrss_mb", 1)[1].split()[0])
+    assert rss < 700, rss  # an ordinary run of this command: about 330 MB
+
+
 @pytest.mark.parametrize("arg,says", [
     ("deadlin=3", "--model-arg deadlin=3: openai: models take no setting 'deadlin'; did you mean deadline? "
                   "(they take: backoff, concurrency, deadline, max_body_mb, retries, timeout)"),
