@@ -200,11 +200,14 @@ class Client:
                                       detail) from None
                 hint = e.headers.get("Retry-After") if e.headers is not None else None
                 pause = _retry_after(e, wait)
-                what = (f"{method} {path} throttled ({e.code}, Retry-After {hint} s)" if hint is not None
+                unit = " s" if hint is not None and hint.strip().replace(".", "", 1).isdigit() else ""
+                what = (f"{method} {path} throttled ({e.code}, Retry-After {hint}{unit})" if hint is not None
                         else f"{method} {path} answered {e.code}: {detail}")
                 self._pause(pause, deadline, attempt, tries, what, f"{e.code} {detail}".strip(), e.code, method, path)
             except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException) as e:
                 reason = self.redact(str(getattr(e, "reason", e)) or type(e).__name__)
+                if final and time.monotonic() >= deadline - 0.05:  # the deadline cut this attempt short
+                    self._pause(0.0, deadline, attempt, tries, "", f"no answer: {reason}", 0, method, path)
                 if final:
                     raise ServerError(f"{self.name}: {method} {path}: no answer ({reason})", 0, reason) from None
                 self._pause(wait, deadline, attempt, tries, f"{method} {path}: no answer ({reason})",
@@ -219,7 +222,7 @@ class Client:
             n = attempt + 1
             raise ServerError(f"{self.name}: {method} {path}: gave up at the deadline of {_num(self.settings.deadline)} s "
                               f"after {n} {'try' if n == 1 else 'tries'} (last: {last}); more time: --model-arg "
-                              "deadline=SECONDS", status, last) from None
+                              "deadline=SECONDS", status, last.removeprefix("no answer: ")) from None
         self._notice(f"{self.name}: {what}: retrying in {_num(pause)} s (try {attempt + 2} of {tries})")
         time.sleep(pause)
 

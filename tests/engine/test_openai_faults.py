@@ -178,3 +178,19 @@ def test_a_sweeps_folder_names_hold_no_credentials():
 
     names = folder_names(["openai:http://u:PASS@h:8000/v1?api_key=SEC", "openai:http://g:8000/v1"])
     assert not any("PASS" in n or "SEC" in n for n in names) and len(set(names)) == 2
+
+
+def test_credentials_in_the_url_and_a_key_variable_are_refused_together(tmp_path):
+    with BadServer("ok", auth="u:PASS-1234") as s:
+        url = s.url.replace("http://", "http://u:PASS-1234@")
+        r = run("", tmp_path, "--api-key-env", "MY_KEY", model=f"openai:{url}/v1")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"evaldag: error: openai:http://***@127.0.0.1:{s.port}/v1: credentials in the URL and --api-key-env MY_KEY: "
+        "give one (the URL's user info is sent as basic auth, the key as a bearer token)"], r.stderr
+
+
+def test_quiet_says_no_retry_lines(tmp_path):
+    with BadServer("429") as s:
+        r = run(s.url, tmp_path, "--quiet", "--model-arg", "deadline=1.5")
+    assert r.returncode == 1 and "throttled" not in r.stderr and "retrying" not in r.stderr, r.stderr
+    assert [x for x in r.stderr.splitlines() if x.startswith("FAILED ")], r.stderr
