@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
@@ -28,8 +28,9 @@ from ..engine.adapters.hf_peft import check_adapter, check_shapes
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.model_args import parse_pairs
 from ..engine.adapters.placement import parse_max_memory
+from ..engine.cli.types import limit as limit_type
 from ..engine.registry import BENCHMARKS
-from .template_args import load_template_args
+from .template_args import load_template_args, template_from_text
 
 #: the flag that supplies each model resource (a benchmark's hint when a graph misses one)
 RESOURCE_FLAGS = {"model": "--model DIR", "retain_model": "--retain-model DIR", "reference_model": "--reference-model DIR"}
@@ -53,6 +54,15 @@ class ModelOptions(BaseModel):
     backend_options: dict[str, dict[str, Any]] = {}
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _template_as_the_flags_take_it(cls, value: Any) -> Any:
+        """What ``--template`` and ``--template-args`` take works here too: ``"plain"``, ``"chat"``,
+        or an open-unlearning ``template_args`` file (a Python user writes what the flag says)."""
+        if isinstance(value, (str, Path)):
+            return template_from_text(str(value))
+        return value
 
 
 class RetainOptions(ModelOptions):
@@ -134,6 +144,20 @@ PROMPT_FLAGS = (
     _flag("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)"),
     _flag("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several"),
 )
+
+
+LIMIT_FLAG = _flag("--limit", type=limit_type, default=None, metavar="N",
+                   help="the first N rows of every split (TOFU, MUSE) or documents of every task (lmeval); "
+                        "a fraction of each below 1 (lm-evaluation-harness's --limit); recorded in run.json")
+
+
+def add_limit_argument(p: argparse.ArgumentParser) -> None:
+    """``--limit``: one declaration with one meaning for every benchmark that takes it."""
+    names, kw = LIMIT_FLAG
+    try:
+        p.add_argument(*names, **kw)
+    except argparse.ArgumentError:
+        pass
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prompt: bool = True) -> None:

@@ -59,3 +59,15 @@ def load_template_args(path: str | Path) -> PromptTemplate:
     except ValidationError as e:
         err = e.errors()[0]
         raise DataError(f"{path}: template key {'.'.join(map(str, err['loc']))!r}: {err['msg']}") from None
+
+
+def template_from_text(text: str) -> PromptTemplate:
+    """``plain``, ``chat`` or a ``template_args`` file, as the command line spells a template."""
+    if text == "plain":
+        return PromptTemplate.plain()
+    if text == "chat":
+        return PromptTemplate.chat()
+    if Path(text).is_file():
+        return load_template_args(text)
+    raise ValueError(f"template {text!r}: give 'plain', 'chat', an open-unlearning template_args file "
+                     "(a model config YAML/JSON) or a PromptTemplate")

@@ -135,7 +135,8 @@ class Executor:
             reqs[key] = req
             groups[(fp, req.kind)][key].append(i)
         out: list[Any] = [None] * len(work)
-        for (fp, kind), by_key in groups.items():
+        rank = {kind: type(reqs[next(iter(keys))]).cost_rank for (_, kind), keys in groups.items()}
+        for (fp, kind), by_key in sorted(groups.items(), key=lambda g: rank[g[0][1]]):  # cheapest kinds first
             st = self.stats.by_kind[kind]
             t0 = time.perf_counter()
             st.requests += sum(len(v) for v in by_key.values())

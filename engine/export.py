@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .checkpoints import run_step
+from .checkpoints import run_step, step_of
 from .registry import BENCHMARKS
 from .sweepdir import run_folders as sweep_runs
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
@@ -120,12 +120,19 @@ def collect(paths: Sequence[str | Path]) -> list[dict]:
 
 def result_rows(result: Any, run: str = "") -> list[dict]:
     """Rows of a :class:`RunResult` in memory, named like the files its run would write; the
-    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too."""
+    splits of the benchmarks whose group it ran (``TOFU`` -> tofu's) are guessed too. Once its
+    files are written, ``run`` and ``step`` default to what ``evaldag export`` of that folder says."""
     groups = [g for g in result.graph.groups if g is not None]
     summaries = {g.upper(): result.summary(g) for g in groups}
-    if None in result.graph.groups and result.summary(None):
-        summaries["RUN"] = result.summary(None)
-    return rows(run, model_of(result.provenance), summaries, splits_for(g.lower() for g in groups))
+    # as the files are written (outputs/files.py): nodes named without a group, or a graph with no
+    # group at all (unnamed roots, by their label), make the RUN pair
+    ungrouped = result.summary(None) if None in result.graph.groups or not groups else {}
+    if ungrouped:
+        summaries["RUN"] = ungrouped
+    model, out = model_of(result.provenance), getattr(result, "out", None)
+    run = run or (Path(out).resolve().name if out is not None else "")
+    step = run_step(run, Path(out), model) if out is not None else step_of(run, model, {})[0]
+    return rows(run, model, summaries, splits_for(g.lower() for g in groups), step)
 
 
 def _cell(v: Any) -> Any:

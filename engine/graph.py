@@ -222,6 +222,10 @@ class Graph:
         for v in self.vertices.values():
             if name == v.label or v.key.startswith(name) or (v.fingerprint or "").startswith(name):
                 return v
+        labelled = sorted(v.label for v in self.vertices.values() if v.label.startswith(f"{name}["))
+        if labelled:  # an unnamed node is known by its label, the metric's name and a short hash
+            raise KeyError(f"no node named {name!r}: an unnamed node is found by its label ({', '.join(labelled)}); "
+                           f"give it a name to use {name!r}: {name}(..., name={name!r}) or node.named({name!r})")
         raise KeyError(f"no node named {name!r}")
 
     def required_resources(self) -> dict[str, list[str]]:

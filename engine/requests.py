@@ -34,6 +34,10 @@ class Request:
     words: ClassVar[str] = ""
     # At most this many per batch before the adapter's group_budget widens it (1: one backward per sample).
     max_batch: ClassVar[int | None] = None
+    # The executor serves a stage's kinds cheapest first (0: one forward pass per sequence; 1: a
+    # forward per new token; 2: a backward pass per row), so a run stopped in a long stage has
+    # already stored the cheap answers.
+    cost_rank: ClassVar[int] = 0
     # Results larger than this many bytes are handed to the scorers but not kept in the request
     # store (None: always kept); e.g. a prompt's full-vocabulary logits, megabytes each.
     max_stored_bytes: ClassVar[int | None] = None
@@ -125,6 +129,7 @@ class Generate(Request):
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sample_index: int = field(default=0, metadata={"key_omits_default": True})
     kind: ClassVar[str] = "generate"
+    cost_rank: ClassVar[int] = 1  # a forward pass per new token
     words: ClassVar[str] = "generation"
     padding_side: ClassVar[str] = "left"
 
@@ -142,6 +147,7 @@ class GenerateText(Request):
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sample_index: int = 0
     kind: ClassVar[str] = "generate_text"
+    cost_rank: ClassVar[int] = 1  # a forward pass per new token
     words: ClassVar[str] = "generation from text"
     padding_side: ClassVar[str] = "left"
 

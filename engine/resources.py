@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from .declare import REGISTRY, ProviderDef
@@ -56,15 +57,16 @@ class Rows:
 
     kind = "data"
 
-    def __init__(self, loader: Callable[[], list[dict]], source: str = ""):
+    def __init__(self, loader: Callable[[], list[dict]], source: str = "", limit: float | None = None):
         self.loader = loader
         self.source = source
+        self.limit = limit  # the first N rows, or a fraction below 1 of them (--limit)
         self._rows: list[dict] | None = None
         self._fp: str | None = None
 
     def value(self) -> list[dict]:
         if self._rows is None:
-            self._rows = list(self.loader())
+            self._rows = first_rows(list(self.loader()), self.limit)
         return self._rows
 
     def fingerprint(self) -> str:
@@ -73,8 +75,18 @@ class Rows:
         return self._fp
 
     def describe(self) -> dict:
-        """The source; the row count only once loaded (describing never loads data)."""
-        return {"source": self.source, **({"rows": len(self._rows)} if self._rows is not None else {})}
+        """The source (and ``--limit``); the row count only once loaded (describing never loads data)."""
+        return {"source": self.source, **({"limit": self.limit} if self.limit is not None else {}),
+                **({"rows": len(self._rows)} if self._rows is not None else {})}
+
+
+def first_rows(rows: list, limit: float | None) -> list:
+    """The first ``limit`` rows (a whole number), or the first ``ceil(limit * len)`` for a fraction
+    below 1: lm-evaluation-harness's ``--limit``. The rows used are what the fingerprint hashes."""
+    if limit is None:
+        return rows
+    n = int(limit) if limit >= 1 else math.ceil(len(rows) * limit)
+    return rows[:n]
 
 
 def hash_rows(rows: list) -> str:

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from .cache import Cache, codec
@@ -166,6 +167,8 @@ class RunResult:
     executor: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     provenance: dict = field(default_factory=dict)
+    out: Path | None = None  # the folder its files were last written to (export names the run by it)
+    lock_wait_seconds: float = 0.0  # of wall_seconds, the time spent waiting for other processes' nodes
 
     @property
     def ok(self) -> bool:

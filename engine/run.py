@@ -110,6 +110,7 @@ def run(
         executor=executor.stats.summary(),
         wall_seconds=time.perf_counter() - t0,
         provenance=prov,
+        lock_wait_seconds=runner.lock_wait_seconds,
     )
 
 
@@ -133,6 +134,7 @@ class _Runner:
         self.store, self.history = cache.nodes, cache.history
         self.n_jobs, self.force = n_jobs, force
         self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
+        self.lock_wait_seconds = 0.0  # of the run's time, how much went to waiting for other processes' nodes
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = history_slots(graph)
@@ -201,7 +203,10 @@ class _Runner:
             for lk in locks.values():
                 lk.release()
         for v in theirs:  # another process computes it: wait, saying for whom after a few seconds
-            with self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout):
+            t0 = time.perf_counter()
+            lock = self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout)
+            self.lock_wait_seconds += time.perf_counter() - t0
+            with lock:
                 if not self._drop_done([v]):
                     continue
                 self._compute([v])

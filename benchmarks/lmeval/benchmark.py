@@ -32,16 +32,6 @@ def _bos(text: str | None) -> bool | None:
     return text == "true"
 
 
-def _limit(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of documents (or a fraction below 1), got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return v
-
-
 class LmevalBenchmark(Benchmark):
     name = "lmeval"
     group = GROUP
@@ -53,11 +43,11 @@ class LmevalBenchmark(Benchmark):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p, retain=False, prompt=True)  # --template chat, --system-prompt
+        common.add_limit_argument(p)  # documents per task
         g = p.add_argument_group("lmeval")
         g.add_argument("--tasks", default=None, help="LMEVAL: lm-evaluation-harness task, group or tag names, comma-separated")
         g.add_argument("--include-path", default=None, help="LMEVAL: a folder of task YAML files (its --include_path)")
         g.add_argument("--num-fewshot", type=int, default=None, help="LMEVAL: few-shot examples (default: each task's own)")
-        g.add_argument("--limit", type=_limit, default=None, help="LMEVAL: documents per task (a fraction if below 1)")
         g.add_argument("--bootstrap-iters", type=int, default=100000, help="LMEVAL: bootstrap iterations of the stderrs")
         g.add_argument("--add-bos-token", choices=["default", "true", "false"], default="default",
                        help="LMEVAL: HFLM's add_bos_token (default: the tokenizer's own behaviour)")
@@ -71,7 +61,7 @@ class LmevalBenchmark(Benchmark):
         if args.num_fewshot is not None and args.num_fewshot < 0:
             raise ValueError(f"--num-fewshot must be >= 0, got {args.num_fewshot}")
         return LmevalConfig(**common.model_options(args), tasks=names, include_path=args.include_path,
-                            num_fewshot=args.num_fewshot, limit=args.limit, bootstrap_iters=args.bootstrap_iters,
+                            num_fewshot=args.num_fewshot, limit=getattr(args, "limit", None), bootstrap_iters=args.bootstrap_iters,
                             add_bos_token=_bos(args.add_bos_token), prefix_token_id=args.prefix_token_id)
 
     def metric_menu(self) -> MetricMenu:

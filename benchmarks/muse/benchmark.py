@@ -36,7 +36,7 @@ def with_icl(cfg: MuseConfig) -> MuseConfig:
 def muse_resources(cfg: MuseConfig) -> dict[str, Any]:
     """The splits (lazy :class:`Rows`); the retain logs and models are added by the base class."""
     source = cfg.source
-    return {name: Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}")
+    return {name: Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}", limit=cfg.limit)
             for name, (config, split) in SPLIT_RESOURCES.items()}
 
 

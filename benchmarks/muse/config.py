@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ..common import RetainOptions, menu_metrics
 from ..unlearning.classifier import ClassifierOptions
@@ -28,6 +28,7 @@ class MuseConfig(RetainOptions, ClassifierOptions):
     knowmem_new_tokens: int = 32
     verbmem_new_tokens: int = 128
     k: float = 0.4
+    limit: float | None = Field(None, gt=0)  # the first N rows of every split, or a fraction below 1 (--limit)
     menu = "muse"  # the words of metrics (ClassifierOptions: `all` brings the gibberish metric only with a classifier)
 
     @field_validator("metrics", mode="before")

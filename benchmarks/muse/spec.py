@@ -77,5 +77,11 @@ def metric_names() -> list[str]:
     return _Catalogue(MuseConfig()).names()
 
 
+def token_stats_metrics() -> tuple[str, ...]:
+    """The metrics that ask only for token statistics (one forward pass per sequence: no
+    generation, no backward), read from what each scorer declares."""
+    return _Catalogue(MuseConfig(retain_model="retain", reference_model="reference")).needing_only({"token_stats"})
+
+
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: MuseConfig = MuseConfig()) -> list[Node]:
     return _Catalogue.build(metrics, cfg)

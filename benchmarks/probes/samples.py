@@ -18,19 +18,6 @@ import math
 from typing import Any, Iterator
 
 
-def nan_reasons(metrics: dict[str, Any]) -> dict[str, str]:
-    """Metric -> why it is NaN (only the NaN ones)."""
-    undetected = metrics.get("undetected_rate_attempts")
-    if isinstance(undetected, (int, float)) and undetected == 1.0:
-        why = "undetected_rate_attempts = 1.0: the evaluator could read none of the answers"
-    elif isinstance(undetected, (int, float)) and math.isfinite(undetected):
-        why = (f"undefined on the evaluated answers (undetected_rate_attempts = {undetected:.3g}: "
-               "too few answers of some kind were read)")
-    else:
-        why = "undefined on these answers"
-    return {k: why for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)}
-
-
 def summary_value(value: Any, reason: str | None) -> Any:
     """A SUMMARY value: the number, or ``{"value": null, "reason"}`` for a NaN."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -20,12 +20,12 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from ...engine import Node
 from ...engine.outputs import jsonable
 from ...metrics.probes.nodes import (
-    MarkParams, ProbeSpec, class_path, code_digest, items_digest, probe_attempts, probe_evaluations, probe_intervals,
-    probe_items, probe_marks, probe_marks_points, probe_metrics,
+    MarkParams, ProbeSpec, class_path, code_digest, items_digest, nan_reasons, probe_attempts, probe_evaluations,
+    probe_intervals, probe_items, probe_marks, probe_marks_points, probe_metrics,
 )
 from .catalogue import HARNESS_DEFAULTS, known, probe_class
 from .data import digest, locate
-from .samples import attempt_rows, nan_reasons, samples_jsonl, summary_value
+from .samples import attempt_rows, samples_jsonl, summary_value
 
 GROUP = "PROBES"
 #: probes whose data ships with evaldag (the default set); the others need --probe-data

@@ -26,7 +26,7 @@ def tofu_resources(cfg: TofuConfig) -> dict[str, Any]:
     source = cfg.data
     if not source:
         raise ValueError("--tofu-data (or --data) is required: a folder with the TOFU subsets")
-    return {RESOURCE_OF_ROLE[role]: Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}")
+    return {RESOURCE_OF_ROLE[role]: Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}", limit=cfg.limit)
             for role, subset in tofu_splits(cfg.forget_split, cfg.holdout_split).items()}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ..common import RetainOptions, menu_metrics
 from ..unlearning.classifier import ClassifierOptions
@@ -29,6 +29,7 @@ class TofuConfig(RetainOptions, ClassifierOptions):
     holdout_split: str | None = None  # default: holdout<NN> matching the forget split
     max_new_tokens: int = 200  # greedy generation length for ROUGE
     k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
+    limit: float | None = Field(None, gt=0)  # the first N rows of every split, or a fraction below 1 (--limit)
     menu = "tofu"  # the words of metrics (ClassifierOptions: `all` brings the gibberish metric only with a classifier)
 
     @field_validator("metrics", mode="before")

@@ -104,6 +104,12 @@ def metric_names() -> list[str]:
     return _Catalogue(TofuConfig()).names()
 
 
+def token_stats_metrics() -> tuple[str, ...]:
+    """The metrics that ask only for token statistics (one forward pass per sequence: no
+    generation, no backward), read from what each scorer declares."""
+    return _Catalogue(TofuConfig(retain_model="retain", reference_model="reference")).needing_only({"token_stats"})
+
+
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
     """The named top-level nodes for ``metrics`` (their parents come along)."""
     return _Catalogue.build(metrics, cfg)

@@ -1,6 +1,6 @@
 """What the unlearning benchmarks (TOFU, MUSE) share as plugins: the model and retain flags,
 the config fields every one of them fills the same way, the retain logs as a resource, a
-metric menu of defaults plus the ``mia`` group, the plan and the report's plots.
+metric menu of defaults plus the ``mia`` and ``token_stats`` groups, the plan and the report's plots.
 
 A subclass names its ``spec`` module and metric lists and supplies only what is its own:
 its flags (:meth:`UnlearningBenchmark.add_own_arguments`), its config fields
@@ -11,6 +11,7 @@ its flags (:meth:`UnlearningBenchmark.add_own_arguments`), its config fields
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from types import ModuleType
 from typing import Any, ClassVar
@@ -24,6 +25,12 @@ from .classifier import add_classifier_arguments, classifier_options, classifier
 from .eval_logs import EvalLogs, load_eval_logs
 
 
+@functools.cache
+def token_stats_metrics(spec: ModuleType) -> tuple[str, ...]:
+    """The ``token_stats`` group of ``--metrics``: built once per benchmark and process."""
+    return spec.token_stats_metrics()
+
+
 class UnlearningBenchmark(Benchmark):
     """Base of TofuBenchmark and MuseBenchmark (``spec``: GROUP, nodes(), metric_names())."""
 
@@ -34,11 +41,13 @@ class UnlearningBenchmark(Benchmark):
     takes_model = True  # --model is the CLI's (engine/cli/models.py); model_options reads args.model
 
     def metric_menu(self) -> MetricMenu:
-        return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()), groups={"mia": self.mia_metrics})
+        return MetricMenu(default=self.default_metrics, all=tuple(self.spec.metric_names()),
+                          groups={"mia": self.mia_metrics, "token_stats": token_stats_metrics(self.spec)})
 
     # -- the command line: shared flags, then the benchmark's own
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p)
+        common.add_limit_argument(p)
         add_classifier_arguments(p)
         self.add_own_arguments(p)
 
@@ -52,6 +61,7 @@ class UnlearningBenchmark(Benchmark):
             metrics=self.metrics_from_args(args),
             data=common.bench_option(args, self.name, "data"),
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
+            limit=getattr(args, "limit", None),
             **classifier_options(args),
             **self.own_config(args),
         )

@@ -8,6 +8,15 @@ from ...engine import Node
 from ...metrics.unlearning.retain_logs import from_logs
 
 
+def request_kinds(node: Node) -> set[str]:
+    """Every request kind ``node`` and its parents declare (what running it asks of a model)."""
+    kinds = {kind for per_resource in node.metric.requests.values() for kind in per_resource}
+    for parent in node.resolved_parents().values():
+        if isinstance(parent, Node):
+            kinds |= request_kinds(parent)
+    return kinds
+
+
 class Catalogue:
     """Name -> recipe; each named node is built once so shared parents are shared instances.
 
@@ -50,6 +59,11 @@ class Catalogue:
 
     def names(self) -> list[str]:
         return sorted(self.recipes)
+
+    def needing_only(self, kinds: set[str]) -> tuple[str, ...]:
+        """The metrics whose whole closure asks the model for nothing but ``kinds`` (from each
+        scorer's declared requests, so a new metric joins its group by declaring what it asks)."""
+        return tuple(n for n in self.names() if request_kinds(self[n]) <= kinds)
 
     @classmethod
     def build(cls, metrics, cfg) -> list[Node]:

@@ -1,4 +1,6 @@
-"""The "Plots" section TOFU and MUSE share: truth ratio, membership-inference ROC, answer probability.
+"""The sections TOFU and MUSE share: "Plots" (truth ratio, membership-inference ROC, answer
+probability) and "Generations" (a few greedy answers beside the gold ones, the first look at a new
+model).
 
 Drawn from open-unlearning's EVAL shape (``value_by_index`` per item; an MIA's
 ``forget`` / ``holdout`` sides with per-item ``score``), so it also draws folders that
@@ -99,5 +101,71 @@ def plots_html(runs: list[RunFolder]) -> str:
     return "".join(out) or '<p class="ed-muted">No per-item data to plot.</p>'
 
 
+GENERATIONS_SHOWN = 5  # rows of each generation metric the report shows
+
+
+def generation_rows(entry: Any) -> list[tuple[str, dict]]:
+    """The items of a ROUGE entry that carry a generation and its gold answer, in item order."""
+    items = entry.get("value_by_index") if isinstance(entry, dict) else None
+    if not isinstance(items, dict):
+        return []
+    rows = []
+    for k, v in items.items():
+        if not isinstance(v, dict):
+            continue
+        gen, gold = _first(v.get("generation")), _gold(v.get("ground_truth"))
+        if gen is not None and gold is not None:
+            rows.append((k, {"generation": gen, "ground_truth": gold, "input": _first(v.get("input")) or ""}))
+    return rows
+
+
+def _first(value: Any) -> str | None:
+    """A text field; ``*_PERT_ROUGE`` repeats it once per perturbed answer: the first."""
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return value[0]
+    return value if isinstance(value, str) else None
+
+
+def _gold(value: Any) -> str | None:
+    """The gold answer as text; the perturbed answers of ``*_PERT_ROUGE`` are a list: joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+        return " | ".join(value)
+    return None
+
+
+def _cut(text: str, n: int = 240) -> str:
+    shown = text if len(text) <= n else text[: n - 1] + "…"
+    return f'<span title="{escape(text)}">{escape(shown)}</span>' if shown != text else escape(text)
+
+
+def generations_html(runs: list[RunFolder], shown: int = GENERATIONS_SHOWN) -> str:
+    """For each metric with generations (forget_Q_A_ROUGE, MUSE's knowmem/verbmem ROUGE, ...): its
+    first ``shown`` items, the question and the gold answer beside each run's generation."""
+    out = []
+    names = sorted({n for r in runs for evals in r.evals.values() for n, e in evals.items() if generation_rows(e)})
+    for name in names:
+        per_run = [{k: v for evals in r.evals.values() for k, v in generation_rows(evals.get(name))} for r in runs]
+        keys = next((list(rows)[:shown] for rows in per_run if rows), [])
+        body = []
+        for k in keys:
+            first = next(rows[k] for rows in per_run if k in rows)
+            cells = "".join(f"<td>{_cut(rows[k]['generation']) if k in rows else ''}</td>" for rows in per_run)
+            body.append(f"<tr><td>{escape(k)}</td><td>{_cut(str(first.get('input', '')))}</td>"
+                        f"<td>{_cut(first['ground_truth'])}</td>{cells}</tr>")
+        head = "".join(f"<th>{escape(r.title)}</th>" for r in runs)
+        out.append(f"<h3>{escape(name)}</h3><table class=\"ed-table ed-generations\"><thead><tr><th>item</th><th>prompt</th>"
+                   f"<th>gold</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    if not out:
+        return ""
+    return (f'<p class="ed-muted">The first {shown} items of each metric that generates, greedy, beside the gold '
+            "answer: what the model says before any number is read.</p>" + "".join(out))
+
+
 def report_sections(runs: list[RunFolder]) -> list[Section]:
-    return [Section("Plots", plots_html(runs), order=30, id="plots")]
+    sections = [Section("Plots", plots_html(runs), order=30, id="plots")]
+    gens = generations_html(runs)
+    if gens:
+        sections.append(Section("Generations", gens, order=35, id="generations"))
+    return sections

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 from .base import Encoded, PromptTemplate
 
@@ -31,6 +32,26 @@ def _backend_body(backend: Any) -> str:
     data.pop("truncation", None)
     data.pop("padding", None)
     return json.dumps(data, sort_keys=True)
+
+
+@contextmanager
+def _call_state_kept(tokenizer: Any) -> Iterator[None]:
+    """Leave the caller's tokenizer as it was: a call with ``truncation=True`` sets truncation in
+    the fast tokenizer's backend and leaves it there, so a user who saves that tokenizer afterwards
+    (the Trainer callback's own checkpoint, say) would write another ``tokenizer.json``, and the
+    folder would no longer match what was evaluated."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        yield
+        return
+    truncation, padding = backend.truncation, backend.padding
+    try:
+        yield
+    finally:
+        if backend.truncation != truncation:
+            backend.no_truncation() if truncation is None else backend.enable_truncation(**truncation)
+        if backend.padding != padding:
+            backend.no_padding() if padding is None else backend.enable_padding(**padding)
 
 
 class HFEncoder:
@@ -65,8 +86,9 @@ class HFEncoder:
             kw.update(max_length=max_length, truncation=True)
         if offsets:
             kw["return_offsets_mapping"] = True
-            return self.tokenizer(text, **kw)
-        return list(self.tokenizer(text, **kw)["input_ids"])
+        with _call_state_kept(self.tokenizer):
+            enc = self.tokenizer(text, **kw)
+        return enc if offsets else list(enc["input_ids"])
 
     def _chat(self, msgs: list[dict], tokenize: bool, gen_prompt: bool, date_string: str | None) -> Any:
         kw = {"date_string": date_string} if date_string is not None else {}

@@ -116,12 +116,22 @@ def cmd(args: argparse.Namespace) -> int:
     args.fingerprint = args.fingerprint[0] if args.fingerprint else None
     try:
         cache = Cache(args.cache_dir, inspect=args.action in LOOK)
+        if args.action in LOOK and not cache.root.exists() and not cache.root.is_symlink():
+            return _no_cache_yet(args.action, cache.root)
         if args.action in LOOK:
             require_marker(cache.root)
         return _action(args, cache)
     except NotACache as e:  # not a cache folder, an empty path
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
+
+
+def _no_cache_yet(action: str, root) -> int:
+    """A cache that does not exist yet is empty, not an error: the default one before the first run."""
+    if action == "info":
+        print(json.dumps({"root": str(root), "nodes": 0, "node_bytes": 0, "requests": 0, "request_bytes": 0}, indent=2))
+    print(f"evaldag: the cache {root} is empty: it does not exist yet (the first `evaldag run` makes it)", file=sys.stderr)
+    return 0
 
 
 def _action(args: argparse.Namespace, cache: Cache) -> int:

@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     g.add_argument("--run", dest="run_dir", metavar="OUT_DIR", default=None, help="draw the finished run in OUT_DIR instead (a sweep's --out: every checkpoint, shared work once)")
     g.add_argument("--format", choices=FORMATS, default="mermaid", help="output format (default: mermaid)")
     g.add_argument("--out", "-o", default=None, help="write to this file (default: standard output)")
-    g.add_argument("--metrics", default=None, help="comma-separated metric names (default: the benchmark's default set)")
+    g.add_argument("--metrics", default=None, help="comma-separated metric names, default / all / a group, -NAME to leave one out "
+                                                   "(all,-mia_gradnorm) (default: the benchmark's default set)")
     g.add_argument("--cache-dir", default=None, help="plan view: mark nodes this cache already holds (fingerprints resources)")
     g.add_argument("--show-resources", action="store_true", help="draw inputs (model, data splits) as nodes too")
     add_model_option(g, benches)

@@ -57,7 +57,9 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     r.add_argument("--cache-read-from", default=None, metavar="DIR",
                    help="a read-only cache (a team's shared one) read where --cache-dir has no entry; new work goes to --cache-dir")
     r.add_argument("--metrics", default=None, help="comma-separated metric names as `evaldag list` shows them, "
-                                                   "or default / all / a group such as mia (default: the benchmark's default set)")
+                                                   "or default / all / a group such as mia or token_stats; -NAME leaves one out "
+                                                   "(--metrics all,-mia_gradnorm, or --metrics=-mia_gradnorm: a lone -X is "
+                                                   "taken for an option) (default: the benchmark's default set)")
     r.add_argument("--add-metric", action="append", default=[], metavar="NAME[@SPLIT]|FILE.py[:NAME][@SPLIT]|FILE.yaml",
                    help="also run a metric on the benchmarks' resources (its data: the forget split, or @SPLIT). "
                         "An argument naming an existing file is a file, anything else a registered metric name "

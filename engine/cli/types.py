@@ -40,3 +40,15 @@ def positive_float(text: str) -> float:
     if not x > 0 or x != x or x == float("inf"):
         raise argparse.ArgumentTypeError(f"wants a positive number of seconds, got {text!r}")
     return x
+
+
+def limit(text: str) -> float:
+    """An argparse ``type`` for ``--limit``: a whole number of rows (or documents), or a fraction
+    below 1 of each split (or task), as lm-evaluation-harness's ``--limit`` reads it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf") or (value >= 1 and not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"wants a whole number of rows or a fraction below 1, not {text!r}")
+    return value

@@ -101,6 +101,7 @@ def run_json(result: RunResult, benchmarks: Sequence[str] = (), refresh: str | N
         "nodes": nodes,
         "executor": result.executor,
         "wall_seconds": result.wall_seconds,
+        "lock_wait_seconds": result.lock_wait_seconds,
         "provenance": redact(result.provenance),  # also a RunResult whose provenance was built by hand
     }
     if benchmarks:  # the registered benchmarks whose report sections draw this folder
@@ -124,6 +125,7 @@ def write(result: RunResult, out_dir: str | os.PathLike, bench: str | None = Non
         for extra in also:
             extra(result, stage)
         names += sorted(p.name for p in stage.iterdir() if p.name not in names)
+    result.out = out
     return [out / n for n in names]
 
 

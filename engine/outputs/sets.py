@@ -43,8 +43,12 @@ STAGE_MAX_AGE_S = 86400.0  # a marked stage of another host (or a reused pid) is
 _OUR_JSON = re.compile(r"^[A-Z][A-Z0-9_]*_[A-Z]+\.json$")  # TOFU_EVAL.json, WEAT_LOOKUP.json, RUN_SUMMARY.json
 
 
-class Interrupted(Exception):
-    """SIGINT/SIGTERM ended the command; ``published`` says whether the new set was out first."""
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM ended the command; ``published`` says whether the new set was out first.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: raised from a signal handler anywhere, it
+    must pass every ``except Exception`` that turns a node's error into a failed node (a SIGTERM
+    inside a model stage was recorded as that stage's failure and the run went on)."""
 
     def __init__(self, signum: int, published: bool = False) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -46,7 +46,8 @@ def print_run(result: RunResult, out: Path | None = None, label: str | None = No
         f"nodes: {counts['computed']} computed, {counts['cached']} cached, {counts['failed']} failed, {counts['skipped']} skipped"
         f" | requests: {ex.get('requests', 0)} asked, {ex.get('unique', 0)} unique, {ex.get('cached', 0)} from cache,"
         f" {ex.get('sequences_forwarded', 0)} forwarded | padding {100 * ex.get('padding_fraction', 0.0):.1f}%"
-        f" | {result.wall_seconds:.2f}s"
+        f" | {result.wall_seconds:.2f}s" + (f" ({result.lock_wait_seconds:.0f} s of it waiting for other runs' nodes)"
+                                             if result.lock_wait_seconds >= 1 else "")
     )
     for line in truncation_warnings(result):
         print(line)

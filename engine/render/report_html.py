@@ -57,6 +57,7 @@ class RunFolder:
     evals: dict[str, dict] = field(default_factory=dict)
     summaries: dict[str, dict] = field(default_factory=dict)
     shown: Path | None = None  # the folder the user named (titles); ``path`` when None
+    model: str = ""  # the model's full path or id (on hover; the subtitle has its last part)
 
 
 def load_run_folder(path: str | os.PathLike, shown: str | os.PathLike | None = None) -> RunFolder:
@@ -85,10 +86,16 @@ def load_run_folder(path: str | os.PathLike, shown: str | os.PathLike | None = N
     model = res.get("path") or prov.get("model_path") or prov.get("model_name") or prov.get("model")
     fp = res.get("fingerprint") or prov.get("model_fingerprint")
     if isinstance(model, str):
-        rf.subtitle = model + (f" · {fp[:12]}" if isinstance(fp, str) else "")
+        rf.model = model  # a column header shows the last part only: three runs fit a 1400 px page
+        rf.subtitle = short_name(model) + (f" · {fp[:12]}" if isinstance(fp, str) else "")
     elif isinstance(fp, str):
         rf.subtitle = f"model {fp[:12]}"
     return rf
+
+
+def short_name(model: str) -> str:
+    """A model's path or hub id by its last part (``.../models/target`` -> ``target``)."""
+    return model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or model
 
 
 def _resources_table(prov: dict, not_loaded: bool = False) -> str:
@@ -131,6 +138,11 @@ def _titles(runs: list[RunFolder], redact: Callable[[str], str] = _same) -> None
         r.title = redact(name)  # a token in a folder name is not printed either (the engine passes its redaction)
 
 
+def _hover(r: RunFolder, redact: Callable[[str], str]) -> str:
+    """A column header's tooltip: the run folder and the model in full."""
+    return redact(str(r.shown or r.path)) + (f"\nmodel: {redact(r.model)}" if r.model else "")
+
+
 # ---------------------------------------------------------------------- sections
 def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = GENERIC_SPLITS,
                     redact: Callable[[str], str] = _same) -> str:
@@ -162,7 +174,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
             rows.append(f'<tr class="{cls}"><td>{escape(name)}</td><td>{escape(split or "")}</td>{"".join(cells)}</tr>')
-        cols = "".join(f'<th class="ed-num" title="{escape(redact(str(r.shown or r.path)))}">{escape(r.title)}'
+        cols = "".join(f'<th class="ed-num" title="{escape(_hover(r, redact))}">{escape(r.title)}'
                        f'{"<br><small>" + escape(r.subtitle) + "</small>" if r.subtitle else ""}</th>' for r in runs)
         cols += "".join(f'<th class="ed-num ed-delta" title="{escape(r.title)} minus {escape(runs[0].title)}">'
                         f'Δ {escape(r.title)}</th>' for r in runs[1:])

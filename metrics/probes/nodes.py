@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -240,8 +241,22 @@ def _marks(metrics: dict, intervals: dict | None, params: MarkParams) -> Result:
     marks = {d.metric_name: d.prepare_mark_output(source) for d in defs}
     # the headline number: the point value of the first marked metric (e.g. DirectProbe's fail_rate)
     headline = metrics.get(defs[0].metric_name) if defs else None
+    reason = nan_reasons(metrics).get(defs[0].metric_name) if defs else None
     return Result(agg_value=headline, extra={"probe": params.probe, "metrics": metrics, "intervals": intervals or {},
-                                         "marks": marks})
+                                         "marks": marks}, reason=reason)
+
+
+def nan_reasons(metrics: dict) -> dict[str, str]:
+    """Metric -> why it is NaN (only the NaN ones): the terminal, EVAL and SUMMARY say the same."""
+    undetected = metrics.get("undetected_rate_attempts")
+    if isinstance(undetected, (int, float)) and undetected == 1.0:
+        why = "undetected_rate_attempts = 1.0: the evaluator could read none of the answers"
+    elif isinstance(undetected, (int, float)) and math.isfinite(undetected):
+        why = (f"undefined on the evaluated answers (undetected_rate_attempts = {undetected:.3g}: "
+               "too few answers of some kind were read)")
+    else:
+        why = "undefined on these answers"
+    return {k: why for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)}
 
 
 @metric("probes.marks", version="1", params=MarkParams, parents={"metrics": "probes.metrics", "intervals": "probes.intervals"})
@@ -258,4 +273,4 @@ def probe_marks_points(metrics: dict, params: MarkParams) -> Result:
 
 __all__ = ["ProbeSpec", "class_path", "probe_from_path", "items_digest", "AttemptParams", "IntervalParams", "MarkParams", "attempt_seed", "code_digest",
            "probe_items", "probe_attempts", "probe_evaluations", "probe_metrics", "probe_intervals", "probe_marks",
-           "probe_marks_points", "restore"]
+           "probe_marks_points", "restore", "nan_reasons"]

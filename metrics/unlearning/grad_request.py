@@ -30,6 +30,7 @@ class GradNorm(Request):
     kind: ClassVar[str] = "grad_norm"
     words: ClassVar[str] = "gradients"
     max_batch: ClassVar[int | None] = 1  # one backward per sample, unless the handler batches them
+    cost_rank: ClassVar[int] = 2  # a backward pass per row: served after every forward-only kind
     padding_side: ClassVar[str] = "right"
 
     def length(self) -> int:

@@ -175,3 +175,21 @@ def test_callable_generator_bounded_concurrency_and_retries(tmp_path):
     assert res.value("PROBES/DirectProbe.metrics")["fail_rate"] == 1.0
     # 30 items x 2 repetitions: every attempt asked once; the failed first chunk was retried
     assert state["peak"] <= 2 and state["texts"] == 60 and model.calls == state["calls"]
+
+
+def test_a_nan_headline_says_why_in_the_terminal_and_the_files(tmp_path, capsys):
+    """Answers no evaluator can read: the headline is NaN, and the terminal gives SUMMARY's reason."""
+    from evaldag.engine.outputs.terminal import print_run
+
+    cfg = ProbesConfig(probes=("discrimination_tamkin",), sample_k=10, calculate_cis=False,
+                       options={"discrimination_tamkin": {"num_repetitions": 1}})
+    res = run(nodes(cfg), {"model": CallableModel(lambda texts: ["zzz"] * len(texts), name="unreadable")},
+              cache=tmp_path / "c")
+    why = "undetected_rate_attempts = 1.0: the evaluator could read none of the answers"
+    assert res.value("PROBES/DiscriminationTamkinProbe").reason == why
+    write_outputs(res, tmp_path / "out", cfg)
+    summary = json.loads((tmp_path / "out" / "PROBES_SUMMARY.json").read_text())
+    assert {v["reason"] for v in summary.values() if isinstance(v, dict)} == {why}
+    print_run(res)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "DiscriminationTamkinProbe " in x)
+    assert "nan" in line and why in line and "no reason given" not in line

@@ -310,3 +310,21 @@ def test_the_waiter_says_what_it_waits_for_after_a_few_seconds(stopped_holder, m
     lk = locks.wait(NodeStore(cache).lock(fp), "TOY/toy_summary", 5.0, say=said.append)  # dies with its holder
     assert len(said) == 2
     lk.release()
+
+
+def test_the_summary_line_says_how_much_of_the_run_was_waiting(toy_cache, tmp_path):
+    """A run that waited for another process's node says both times: its own and the wait."""
+    p = next(e for e in entries(toy_cache) if codec.unpack(e.read_bytes())[1]["node"] == "toy_summary")
+    p.unlink()
+    code = ("import time\nfrom evaldag.engine.cache.nodes import NodeStore\n"
+            f"lk = NodeStore({str(toy_cache)!r}).lock({p.stem!r}).acquire()\nprint('held', flush=True)\n"
+            "time.sleep(6)\nlk.release()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    done = evaldag("run", "toy", "--cache-dir", toy_cache, "--out", tmp_path / "o")
+    holder.wait()
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("nodes: "))
+    waited = float(line.split(" s of it waiting for other runs' nodes)")[0].rsplit("(", 1)[1])
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert 1 <= waited and 1.5 <= run["lock_wait_seconds"] <= run["wall_seconds"]

@@ -131,3 +131,35 @@ def test_weat_report_renders_its_bars_with_no_script_error(tmp_path):
     done = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,2000", report.as_uri())
     assert console_lines(done.stderr, report) == []
     assert png_size(shot) == (1200, 2000) and shot.stat().st_size > 50_000
+
+
+def test_three_checkpoints_fit_a_1400_px_page(tmp_path):
+    """Column headers name each run by its folder and its model's last part (the full paths on
+    hover): three checkpoints with long absolute paths fit, the retain column included."""
+    rt = _render_tests()
+    base = tmp_path / "runs"
+    rt.run_tofu_like(base / "out", base / "cache")
+    target, retain = rt.fake_out_dirs(base, base / "out")
+    unlearned = base / "unlearned"
+    shutil.copytree(target, unlearned)
+    deep = "/very/long/absolute/path/of/a/cluster/filesystem/where/checkpoints/are/kept/by/default"
+    for d in (target, unlearned, retain):
+        run = json.loads((d / "run.json").read_text())
+        run["provenance"].setdefault("resources", {})["model"] = {"kind": "model", "path": f"{deep}/{d.name}-checkpoint-1200",
+                                                                    "fingerprint": "ab" * 32}
+        (d / "run.json").write_text(json.dumps(run))
+    report = write_report_html([target, unlearned, retain], tmp_path / "report.html")
+    html = report.read_text()
+    assert f'title="{retain}\nmodel: {deep}/retain-checkpoint-1200"' in html  # the full paths on hover
+    assert "retain-checkpoint-1200 · abababababab" in html
+    probe = tmp_path / "probe.html"  # the report, then a script that writes what the browser laid out
+    probe.write_text(html.replace("</body>", "<script>window.addEventListener('load', () => {"
+                                  "const t = document.querySelector('table.ed-metrics');"
+                                  "const r = t.getBoundingClientRect();"
+                                  "document.body.setAttribute('data-table-right', Math.ceil(r.right));"
+                                  "document.body.setAttribute('data-page-width', document.documentElement.clientWidth);"
+                                  "});</script></body>"))
+    done = chromium(tmp_path, "--window-size=1400,1000", "--virtual-time-budget=3000", "--dump-dom", probe.as_uri())
+    right = int(re.search(r'data-table-right="(\d+)"', done.stdout).group(1))
+    width = int(re.search(r'data-page-width="(\d+)"', done.stdout).group(1))
+    assert right <= width <= 1400, (right, width)

@@ -90,7 +90,9 @@ def test_tofu_gibberish_equals_open_unlearning(tofu_runs, classifier):
     assert list(ours["value_by_index"]) == list(items)
     for (k, item), s, t in zip(ours["value_by_index"].items(), scores, texts):
         assert set(item) == {"score", "generation"} and item["generation"] == t
-        assert item["score"] == pytest.approx(s, abs=1e-6), k
+        # evaldag batches by length, the reference in item order: other padding, other float32
+        # sums (item 14 differed by 1.01e-6 on one machine, under 1e-6 on another)
+        assert item["score"] == pytest.approx(s, abs=1e-5), k
     assert ours["agg_value"] == pytest.approx(agg, abs=1e-6)
     assert not 0.4 < min(scores) and max(scores) > min(scores)  # scores that tell the texts apart
 

@@ -1,0 +1,63 @@
+"""SIGTERM (a batch scheduler's cancel) stops a run within seconds inside any model stage.
+
+The run's model work is slowed on purpose (a prelude patches the decode step or the backward
+pass to sleep) so the signal lands inside generation or GradNorm; the run must stop with its
+one line, exit 143, keep every node finished before, and leave no lock behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).parents[1] / "fixtures"
+
+SLOW = {
+    "generation": ("from evaldag.engine.adapters import hf_generation as m\n"
+                   "cls = m.DecodeLoop\nreal = cls._forward\n"
+                   "def slow(self, *a, **k):\n    mark(); time.sleep(0.5); return real(self, *a, **k)\n"
+                   "cls._forward = slow\n", "forget_Q_A_ROUGE"),
+    "grad_norm": ("import torch\nreal = torch.Tensor.backward\n"
+                  "def slow(self, *a, **k):\n    mark(); time.sleep(0.5); return real(self, *a, **k)\n"
+                  "torch.Tensor.backward = slow\n", "mia_gradnorm"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(SLOW))
+def test_sigterm_inside_a_long_stage(tmp_path, stage):
+    patch, metric = SLOW[stage]
+    marker = tmp_path / "inside"
+    prelude = (f"import sys, time\nfrom pathlib import Path\n"
+               f"def mark():\n    Path({str(marker)!r}).touch()\n" + patch)
+    code = prelude + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    cmd = [sys.executable, "-c", code, "run", "tofu", "--model", str(FIX / "tiny-llama" / "target"),
+           "--data", str(FIX / "tofu_tiny"), "--metrics", f"forget_Q_A_Prob,{metric}", "--quiet",
+           "--out", str(out), "--cache-dir", str(cache)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 240
+    while not marker.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), p.communicate()[1][-2000:]
+    time.sleep(0.3)
+    sent = time.time()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    waited = time.time() - sent
+    assert p.returncode == 143, err[-2000:]
+    assert err.strip().splitlines() == [f"evaldag: interrupted (SIGTERM): kept the previous outputs in {out}"]
+    assert waited < 10, waited
+    assert not list((cache / "locks").glob("*.lock")) if (cache / "locks").exists() else True
+    # the cheap kinds of the stage were served first and stored at once: the forget answers'
+    # token statistics (40 rows) are in the request store, for the next run to read
+    info = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", "cache", "info", "--cache-dir", str(cache)],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(info.stdout)["requests"] >= 40, info.stdout
