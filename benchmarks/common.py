@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
-from ..engine.adapters.hf_peft import check_adapter, check_shapes
+from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
 from ..engine.adapters.model_args import parse_pairs
 from ..engine.adapters.placement import parse_max_memory
@@ -112,9 +112,8 @@ MODEL_FLAGS = (
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
-    _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE",
-          help="a setting of --model's backend, repeatable; the backend says which keys it takes (openai:URL: "
-               "timeout, retries, backoff, concurrency, deadline, max_body_mb; docs/servers.md)"),
+    _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE", help="a setting of --model's backend, "
+          "repeatable; the backend names its keys (openai:URL: deadline, max_body_mb, timeout ...; docs/servers.md)"),
     _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
     _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
     _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
@@ -280,8 +279,6 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         base_folder = checkpoint_folder(base, flag)
         if base_folder is not None and not (base_folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: its base {base}: no config.json there, so not a model checkpoint folder")
-        if base_folder is not None:  # the adapter's shapes against the base's hidden size, before loading
-            check_shapes(folder, base_folder, f"{flag} {path}", base)
         if not has_tokenizer(folder) and base_folder is not None and not has_tokenizer(base_folder):
             raise ValueError(f"{flag} {path}: no tokenizer in the adapter's folder nor in its base {base}")
         tokenizer = str(folder if has_tokenizer(folder) else base_folder or base)  # the adapter's own, else the base's

@@ -178,6 +178,8 @@ class ServingError(RuntimeError):
     the rest of the run goes on. Raise a subclass for a failure of the model's side, never for
     a bug of the backend's own (those keep their traceback)."""
 
+    one_line = True  # read by run.py: the node's record is ``str(error)``
+
 
 class ModelResource:
     """The cheap half, made from a model spec. Subclass it.

@@ -277,14 +277,18 @@ def release_shared_base() -> None:
 def check_adapter(folder: str | os.PathLike, adapter_base: str | None, flag: str = "--model",
                   tokenizer: str | None = None) -> str:
     """Before anything loads (the CLI's checks): ``folder`` is an adapter, peft is installed,
-    the base is found; returns the base (a folder or a cached hub id)."""
+    the base is found, the adapter fits a local base (:func:`check_shapes`); returns the base
+    (a folder or a cached hub id)."""
     if not is_adapter_dir(folder):
         raise AdapterError(f"--adapter-base: {flag} {folder} is not an adapter folder (no {ADAPTER_CONFIG})")
     if tokenizer is not None:
         raise AdapterError(f"{flag} {folder}: an adapter takes its tokenizer from its own folder or its base's, "
                            "not --tokenizer")
     require_peft(f"{flag} {folder}")
-    return resolve_base(folder, adapter_base, flag)
+    base = resolve_base(folder, adapter_base, flag)
+    if Path(base).expanduser().is_dir():  # the adapter's shapes against its base's hidden size
+        check_shapes(folder, Path(base).expanduser(), f"{flag} {folder}", base)
+    return base
 
 
 def check_shapes(folder: str | os.PathLike, base_folder: Path, what: str, base: str) -> None:
