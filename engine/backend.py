@@ -160,6 +160,11 @@ class ModelAdapter:
         """(real, padded) tokens of the last batch, when the adapter counted them."""
         return None
 
+    def served(self, kind: str) -> dict | None:
+        """How this adapter served ``kind`` when it chose among ways of computing it (run.json's
+        ``executor.served``: e.g. GradNorm's batched or one-backward-per-row rows, and why), or None."""
+        return None
+
     def before_group(self, kind: str) -> None:
         """Called before the executor packs one (model, kind) group, in every process of the run:
         under torchrun on every rank together, a rank without a share of the group included.
@@ -275,17 +280,23 @@ class Handlers:
     def __init__(self) -> None:
         self._fns: dict[str, Callable[[Any, list], list]] = {}
         self._budgets: dict[str, Callable[[Any, Budget], Budget]] = {}
+        self._served: dict[str, Callable[[Any], dict | None]] = {}
 
     def add(self, kind: str, fn: Callable[[Any, list], list],
-            group_budget: Callable[[Any, Budget], Budget] | None = None) -> None:
+            group_budget: Callable[[Any, Budget], Budget] | None = None,
+            served: Callable[[Any], dict | None] | None = None) -> None:
+        """``served(adapter)``: the handler's account for run.json (ModelAdapter.served)."""
         kind_of(kind)  # the request kind must be registered first (requests.register_kind)
         self._fns[kind] = fn
         if group_budget is not None:
             self._budgets[kind] = group_budget
+        if served is not None:
+            self._served[kind] = served
 
     def remove(self, kind: str) -> None:
         self._fns.pop(kind, None)
         self._budgets.pop(kind, None)
+        self._served.pop(kind, None)
 
     def kinds(self) -> frozenset[str]:
         return frozenset(self._fns)
@@ -295,6 +306,9 @@ class Handlers:
 
     def group_budget(self, kind: str) -> Callable[[Any, Budget], Budget] | None:
         return self._budgets.get(kind)
+
+    def served(self, kind: str) -> Callable[[Any], dict | None] | None:
+        return self._served.get(kind)
 
 
 # ----------------------------------------------------------------------------- load hooks

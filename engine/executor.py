@@ -62,6 +62,8 @@ class ExecutorStats:
     models_loaded: list[str] = field(default_factory=list)
     # model fingerprint -> request kind -> sequences forwarded (who did the work)
     by_model: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # model fingerprint -> request kind -> the adapter's account of how it served them (ModelAdapter.served)
+    served: dict[str, dict[str, dict]] = field(default_factory=lambda: defaultdict(dict))
 
     def summary(self) -> dict[str, Any]:
         """The ``executor`` block of run.json (totals, then per request kind)."""
@@ -75,6 +77,8 @@ class ExecutorStats:
         out["model_loaded"] = bool(self.models_loaded)
         out["models_loaded"] = list(self.models_loaded)  # fingerprints of the models whose weights were read
         out["forwarded_by_model"] = {fp: dict(sorted(kinds.items())) for fp, kinds in self.by_model.items()}
+        if self.served:
+            out["served"] = {fp: dict(sorted(kinds.items())) for fp, kinds in self.served.items()}
         out["seconds"] = tot.seconds
         out["by_kind"] = {kind: {**asdict(s), "padding_fraction": s.padding_fraction}
                           for kind, s in sorted(self.by_kind.items())}
@@ -251,6 +255,9 @@ class Executor:
                 bar.update(sum(length(x) for x in batch))
         finally:
             bar.close()
+        account = adapter.served(kind)
+        if account:
+            self.stats.served[fp][kind] = account
         self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
 

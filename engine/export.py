@@ -18,7 +18,6 @@ pandas is needed only for ``to_pandas()`` and parquet (the ``evaldag[pandas]`` e
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -139,13 +138,32 @@ def _cell(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+#: what a spreadsheet reads as the start of a formula (or, for a tab or carriage return, lets one through)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(v: Any) -> Any:
+    """A CSV cell safe to open in a spreadsheet: text starting with ``= + - @``, a tab or a
+    carriage return gets a leading ``'`` (shown as text, never run as a formula: a run folder
+    named ``=HYPERLINK(...)`` would otherwise be a live link); numbers and other text are kept.
+    JSON lines and parquet keep the raw text: they are read by programs, not spreadsheets."""
+    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def _csv_field(v: Any) -> str:
+    text = "" if _cell(v) is None else str(csv_cell(v))
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
+
+
+def csv_text(table: Iterable[dict], fields: Sequence[str]) -> str:
+    """``table`` as CSV (RFC 4180 quoting, ``\\n`` line ends): a cell holding a comma, a quote or
+    a line break (a carriage return too, which the ``csv`` module leaves bare when lines end in
+    ``\\n``) is quoted; an empty or non-finite value is an empty cell; formulas are escaped."""
+    return "".join(",".join(_csv_field(r[k]) for k in fields) + "\n" for r in [dict(zip(fields, fields)), *table])
+
+
 def to_csv(table: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for r in table:
-        w.writerow({k: ("" if _cell(r[k]) is None else r[k]) for k in COLUMNS})
-    return buf.getvalue()
+    return csv_text(table, COLUMNS)
 
 
 def to_jsonl(table: list[dict]) -> str:

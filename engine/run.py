@@ -1,9 +1,8 @@
 """Running a graph: cached nodes load, the rest run in dependency order, in stages.
 
 Each round takes every node whose parents are done. Ready scorers are driven together:
-each yields its requests, the executor serves all of them at once (so batches span
-metrics and benchmarks), and each scorer gets its results back, for as many rounds as
-it asks. Ready aggregators run on the CPU, in parallel through joblib when ``n_jobs``
+each yields its requests, the executor serves all of them at once (batches span metrics
+and benchmarks), and each scorer gets its results back, for as many rounds as it asks. Ready aggregators run on the CPU, in parallel through joblib when ``n_jobs``
 allows. Every finished node is written to the store at once, under a per-node file
 lock, so a killed run resumes and two processes never compute one node twice.
 
@@ -107,8 +106,7 @@ def run(
         loaded=runner.values,
         executor=executor.stats.summary(),
         wall_seconds=time.perf_counter() - t0,
-        provenance=prov,
-        lock_wait_seconds=runner.lock_wait_seconds,
+        provenance=prov, lock_wait_seconds=runner.lock_wait_seconds,
     )
 
 
@@ -132,7 +130,7 @@ class _Runner:
         self.store, self.history = cache.nodes, cache.history
         self.n_jobs, self.force = n_jobs, force
         self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
-        self.lock_wait_seconds = 0.0  # of the run's time, how much went to waiting for other processes' nodes
+        self.lock_wait_seconds = 0.0  # of the run's time, waiting for other processes' nodes
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = history_slots(graph)
@@ -202,9 +200,8 @@ class _Runner:
                 lk.release()
         for v in theirs:  # another process computes it: wait, saying for whom after a few seconds
             t0 = time.perf_counter()
-            lock = self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout)
-            self.lock_wait_seconds += time.perf_counter() - t0
-            with lock:
+            with self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout):
+                self.lock_wait_seconds += time.perf_counter() - t0
                 if not self._drop_done([v]):
                     continue
                 self._compute([v])

@@ -10,7 +10,8 @@ The rule language (docs/training.md) is small on purpose::
 ``max``/``min NAME`` chooses one checkpoint: the best value among those meeting every
 condition (a tie goes to the earliest step); ``pareto A, B`` chooses every checkpoint no
 other beats on both (each axis ``max`` unless written ``min``). A condition is ``NAME OP
-NUMBER`` with OP one of ``>= <= > < == !=``. NAME is a key of the runs' SUMMARY files; a name
+NUMBER`` with OP one of ``>= <= > < == !=``. The keywords (``max min pareto where and``)
+are read in any case; NAME is a key of the runs' SUMMARY files; a name
 no checkpoint has fails with the close matches. A checkpoint without a number for a name the
 rule reads (a NaN written as null) is left out and counted in the reason.
 """
@@ -27,7 +28,7 @@ from typing import Any, Sequence
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
 PARETO_DEFAULT = (("max", "forget_quality"), ("max", "model_utility"))
 _COND = re.compile(r"^\s*([A-Za-z_][\w.@-]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
-_AXIS = re.compile(r"^\s*(?:(max|min)\s+)?([A-Za-z_][\w.@-]*)\s*$")
+_AXIS = re.compile(r"^\s*(?:(max|min)\s+)?([A-Za-z_][\w.@-]*)\s*$", re.IGNORECASE)
 
 
 class RuleError(ValueError):
@@ -58,11 +59,11 @@ class Selection:
 
 def parse(text: str) -> Rule:
     """The rule in ``text``; RuleError saying what was expected otherwise."""
-    parts = re.split(r"\s+where\s+", text.strip(), maxsplit=1)
+    parts = re.split(r"\s+where\s+", text.strip(), maxsplit=1, flags=re.IGNORECASE)  # keywords in any case
     head, conds_text = parts[0].strip(), (parts[1] if len(parts) > 1 else "")
     conditions = []
     if len(parts) > 1:
-        for piece in re.split(r"\s+and\s+", conds_text.strip()):
+        for piece in re.split(r"\s+and\s+", conds_text.strip(), flags=re.IGNORECASE):
             m = _COND.match(piece)
             if not m:
                 raise RuleError(f"--select {text!r}: cannot read the condition {piece.strip()!r} "
@@ -83,7 +84,7 @@ def parse(text: str) -> Rule:
             m = _AXIS.match(piece)
             if not m:
                 raise RuleError(f"--select {text!r}: cannot read the axis {piece.strip()!r} (expected [max|min] NAME)")
-            axes.append((m.group(1) or "max", m.group(2)))
+            axes.append(((m.group(1) or "max").lower(), m.group(2)))
         if len(axes) != 2:
             raise RuleError(f"--select {text!r}: pareto takes two metrics, e.g. 'pareto forget_quality, model_utility'")
         return Rule(text, kind, tuple(axes), tuple(conditions))

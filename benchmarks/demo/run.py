@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from ...engine import runlog
+from ...engine.redact import redact_argv
 from ...engine.registry import BENCHMARKS
 from ...engine.report import write_report_html
 from ...engine.cache import Cache
@@ -64,9 +66,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2
     results, ok = {}, True
+    command = redact_argv(["evaldag", "demo", "--out", str(out), *(["--cache-dir", str(args.cache_dir)] if args.cache_dir else [])])
     for name in MODEL_NAMES:
-        res = run(*graph(name), cache=cache, progress=args.progress)
+        res = run(*graph(name), cache=cache, progress=args.progress, provenance={"command": command})
         write_files(res, out / name, bench="TOFU", benchmarks=["tofu"])
+        runlog.record(cache, res, out / name, ["tofu"])  # `evaldag cache runs` lists the demo's runs too
         results[name] = res
         ok = ok and res.ok
         ex = res.executor

@@ -140,6 +140,11 @@ class HFAdapter(ModelAdapter):
         per_token = self.model.dtype.itemsize * (2 * layers * hidden + 2 * inter + 6 * hidden + get("vocab_size"))
         return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
 
+    def served(self, kind: str) -> dict | None:
+        """A plugin kind's account of how it served its rows (``Handlers.add(..., served=)``)."""
+        fn = self.handlers.served(kind)
+        return fn(self) if fn is not None else None
+
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
         GENERATE_GROUP batches at once and keeps its active rows under ``budget``

@@ -132,6 +132,18 @@ def names(folder: Path) -> list[str]:
         return []
 
 
+def links(root: Path) -> list[Path]:
+    """The links among the request folders and batch files (``names`` and ``model_dirs`` leave them out)."""
+    top = Path(root) / FOLDER
+    try:
+        inside(Path(root), top)
+        dirs = sorted(top.iterdir())
+        return [p for d in dirs for p in ([d] if d.is_symlink() else sorted(d.iterdir()) if d.is_dir() else [])
+                if p.is_symlink() and (p.parent == top or p.name.endswith(SUFFIX))]
+    except (OSError, LinkRefused):
+        return []
+
+
 def model_dirs(root: Path) -> list[Path]:
     top = Path(root) / FOLDER
     try:

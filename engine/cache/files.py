@@ -72,8 +72,10 @@ def inside(root: Path, path: Path) -> Path:
 
 
 def refuse(e: LinkRefused, doing: str) -> None:
-    warnings.warn(f"{doing}: refused link {e.filename} (the cache never follows a link it did not create)",
-                  LinkWarning, stacklevel=3)
+    """A LinkWarning naming the link (``.path``: a caller that counts refusals reads it)."""
+    w = LinkWarning(f"{doing}: refused link {e.filename} (the cache never follows a link it did not create)")
+    w.path = e.filename
+    warnings.warn(w, stacklevel=3)
 
 
 def write_error(path: Path, e: OSError, size: int | None = None) -> CacheWriteError:

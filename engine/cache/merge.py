@@ -20,12 +20,13 @@ a merge killed half-way leaves whole entries only, and running it again finishes
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import batches
 from .codec import CorruptEntry, NewerFormat, unpack
-from .files import LinkRefused, atomic_write, inside, is_temp, walk_files
+from .files import LinkRefused, LinkWarning, atomic_write, inside, is_temp, walk_files
 from .nodes import NodeStore, check_entry, read_checked
 from .safety import require_marker
 
@@ -54,10 +55,27 @@ def _copy(src_root: Path, src: Path, dest_root: Path, dest: Path, data: bytes | 
     atomic_write(dest, src.read_bytes() if data is None else data, root=dest_root)
 
 
+LINK = "a symbolic link, not followed (the cache never follows a link it did not create)"
+
+
 def merge_one(dest: Path, src: Path) -> Merged:
-    """Copy into the cache ``dest`` what the cache ``src`` holds and ``dest`` lacks (``src`` is only read)."""
+    """Copy into the cache ``dest`` what the cache ``src`` holds and ``dest`` lacks (``src`` is
+    only read). A link in ``src`` is never followed: it is skipped and counted like a damaged
+    entry, its path said in the merge's own lines rather than as a Python warning."""
     require_marker(src)
     got = Merged()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", LinkWarning)
+        _merge(dest, src, got)
+    for w in seen:
+        if issubclass(w.category, LinkWarning) and getattr(w.message, "path", None):
+            got.skipped.append(f"{w.message.path}: {LINK}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return got
+
+
+def _merge(dest: Path, src: Path, got: Merged) -> None:
     store, into = NodeStore(src, read_only=True), NodeStore(dest)
     for p in store.entries():
         fp = p.stem
@@ -76,6 +94,7 @@ def merge_one(dest: Path, src: Path) -> Merged:
             continue
         _copy(src, p, dest, into.path(fp), data)
         got.nodes += 1
+    got.skipped += [f"{p}: {LINK}" for p in batches.links(src)]
     for folder in batches.model_dirs(src):
         for name in batches.names(folder):
             target = dest / batches.FOLDER / folder.name / name
@@ -99,4 +118,3 @@ def merge_one(dest: Path, src: Path) -> Merged:
             if p.parent == src / sub and not is_temp(p) and not target.exists():
                 _copy(src, p, dest, target)
                 got.other += 1
-    return got

@@ -27,9 +27,10 @@ def merge(args: argparse.Namespace) -> int:
         for src in sources:
             if not src.is_dir():
                 raise NotACache(f"cache merge: no such cache folder {src}")
+            if dest.root.exists() and os.path.samefile(src, dest.root):  # through a link too
+                raise NotACache(f"cache merge: {src} and the destination --cache-dir {args.cache_dir or dest.root} "
+                                "are the same folder; nothing merged")
             require_marker(src)
-            if dest.root.exists() and os.path.samefile(src, dest.root):
-                raise NotACache(f"cache merge: {src} is the destination --cache-dir itself")
         if dest.read_only:
             raise NotACache(f"cache merge: the destination {dest.root} is read-only; give a writable --cache-dir")
         dest.claim()  # a new, empty or marked folder only

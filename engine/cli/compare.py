@@ -9,14 +9,12 @@ empty side. ``--out`` writes the same table as JSON (``.json``) or CSV (anything
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import sys
 from pathlib import Path
 
-from ..export import ExportError, folder_rows, run_folders
+from ..export import ExportError, csv_text, folder_rows, run_folders
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
 
@@ -73,11 +71,7 @@ def dump(rows: list[dict], path: Path, a: str, b: str) -> None:
     if path.suffix.lower() == ".json":
         path.write_text(json.dumps({"a": a, "b": b, "metrics": rows}, indent=2, allow_nan=False), encoding="utf-8")
         return
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows({k: ("" if r[k] is None else r[k]) for k in FIELDS} for r in rows)
-    path.write_text(buf.getvalue(), encoding="utf-8")
+    path.write_text(csv_text(rows, FIELDS), encoding="utf-8")
 
 
 def cmd(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from importlib.metadata import entry_points
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
 from . import cache, compare, export, graph, list as list_cmd, report, run
+from .sweep import glue_shard
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
 COMMANDS_GROUP = "evaldag.commands"
@@ -168,6 +169,7 @@ def _main(argv: list[str]) -> int:
         print(f"evaldag: error: unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS.names())}", file=sys.stderr)
         return 2
     top_help = cmd is None and bool({"-h", "--help"} & set(argv))
+    argv = glue_shard(argv)  # `--shard -1/2` (run, graph) read as --shard=-1/2
     args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)

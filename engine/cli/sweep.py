@@ -78,6 +78,18 @@ def shard_arg(text: str) -> tuple[int, int]:
     return i, n
 
 
+def glue_shard(argv: list[str]) -> list[str]:
+    """``--shard -1/2`` read as ``--shard=-1/2``: argparse takes a value that starts with ``-``
+    for an option ("expected one argument"); glued, a negative index gets shard_arg's line."""
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1] == "--shard" and re.match(r"-\d", word):
+            out[-1] = f"--shard={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def take_shard(models: list[str], shard: tuple[int, int]) -> tuple[list[str], list[str]]:
     """Shard I of N's checkpoints, every N-th from the I-th of the whole list, with the folder
     names the whole sweep gives them: the shards' --out folders together hold exactly what one

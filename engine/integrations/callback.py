@@ -32,11 +32,12 @@ gathers the whole model on rank 0.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from transformers import TrainerCallback
 
@@ -112,7 +113,10 @@ class EvaldagCallback(TrainerCallback):
         self.tokenizer = find_tokenizer(model, self.tokenizer)
         self._group = job_group()
         rank = self._group.rank if self._group is not None else 0
-        self._folder = model_folder(model, self.tokenizer, self.evaluation.root, "model" if rank == 0 else f".model-rank{rank}")
+        try:  # before the first step: a folder that cannot be written is refused now, in one line
+            self._folder = model_folder(model, self.tokenizer, self.evaluation.root, "model" if rank == 0 else f".model-rank{rank}")
+        except OSError as e:
+            raise ValueError(f"EvaldagCallback: cannot write {self.evaluation.root}: {e.strerror or e}") from None
         self.evaluation.check(self._folder)
         self._note_sharding(model)
 
@@ -135,18 +139,21 @@ class EvaldagCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
-            self._stop(control, self.evaluate(model, state.global_step))
+            with goes_on(state.global_step):  # the last net under the protected writes and exchanges
+                self._stop(control, self.evaluate(model, state.global_step))
 
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         step = state.global_step
         if self.on_save_eval and (self._last is None or self._last[0] != step):
-            self._stop(control, self.evaluate(model, step))
+            with goes_on(step):
+                self._stop(control, self.evaluate(model, step))
         if self._last is None or self._last[0] != step:
             return
-        # sharded weights: gathering the whole model is a collective, so every rank takes part
-        whole = lockstep.full_state_dict(model) if self._sharded else None
-        if state.is_world_process_zero:
-            self.alias_checkpoint(Path(args.output_dir) / f"checkpoint-{step}", model, self._last[1], whole)
+        with goes_on(step):
+            # sharded weights: gathering the whole model is a collective, so every rank takes part
+            whole = lockstep.full_state_dict(model) if self._sharded else None
+            if state.is_world_process_zero:
+                self.alias_checkpoint(Path(args.output_dir) / f"checkpoint-{step}", model, self._last[1], whole)
 
     # -- the work
     def evaluate(self, model: Any, step: int) -> dict[str, float]:
@@ -157,26 +164,32 @@ class EvaldagCallback(TrainerCallback):
         digest = lockstep.weights_digest(model, self._group) if self._sharded else None
         resource = self._resource(model, f"in-memory@step-{step}", digest)
         was_training = model.training
+        code, out = 2, self.evaluation.root / f"step-{step}"
         try:
-            code, out = self.evaluation.run(self._folder, resource, step, self._group)
+            with goes_on(step):
+                code, out = self.evaluation.run(self._folder, resource, step, self._group)
         finally:
             model.train(was_training)
         numbers = self.evaluation.summary(out) if self._is_writer() else {}
         if self._group is not None:  # every rank logs and decides on rank 0's numbers
-            numbers = json.loads(self._group.broadcast_bytes(json.dumps(numbers).encode(), "the step's numbers"))
+            mine, numbers = numbers, {}
+            with goes_on(step):
+                numbers = json.loads(self._group.broadcast_bytes(json.dumps(mine).encode(), "the step's numbers"))
         if code not in (0, 1):
             print(f"evaldag: warning: the evaluation at step {step} failed (exit {code}); training goes on",
                   file=sys.stderr)
         self._last = (step, resource.fingerprint())
         self.history.append({"step": step, "folder": str(out), "exit": code, "summary": numbers})
         logs = {f"evaldag/{k}": v for k, v in numbers.items()}
-        if self.select:
-            self.selected = selection.select(self.select, [(f"step-{h['step']}", h["summary"]) for h in self.history]).to_json()
-            picked = [int(n.removeprefix("step-")) for n in self.selected["checkpoints"]]
-            if len(picked) == 1:
-                logs["evaldag/selected_step"] = picked[0]
+        if self.select and any(h["summary"] for h in self.history):
+            with goes_on(step):
+                self.selected = selection.select(self.select, [(f"step-{h['step']}", h["summary"]) for h in self.history]).to_json()
+                picked = [int(n.removeprefix("step-")) for n in self.selected["checkpoints"]]
+                if len(picked) == 1:
+                    logs["evaldag/selected_step"] = picked[0]
         if self._is_writer():
-            self._write_sweep()
+            with goes_on(step):
+                self._write_sweep()
         if self.trainer is not None and logs:
             self.trainer.log(logs)
         return numbers
@@ -227,6 +240,28 @@ class EvaldagCallback(TrainerCallback):
 
     def _is_writer(self) -> bool:
         return self._group is None or self._group.is_writer
+
+
+@contextlib.contextmanager
+def goes_on(step: int) -> Iterator[None]:
+    """Nothing the callback does may end training: a write that fails (a full disk, a file
+    where a folder goes) or an exchange between ranks that fails is one warning line, and the
+    Trainer carries on; what the step could not write is missing, the next step tries again.
+    The warnings the failed work raised on its way (a memo not updated, ...) are folded into
+    that line; work that succeeds shows its warnings as usual."""
+    with warnings.catch_warnings(record=True) as seen:
+        try:
+            yield
+            failed = None
+        except Exception as e:  # noqa: BLE001 - a training run outweighs any one evaluation's files
+            failed = e
+    if failed is None:
+        for w in seen:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        return
+    why = str(failed) if isinstance(failed, (OSError, ValueError)) else f"{type(failed).__name__}: {failed}"
+    print(f"evaldag: warning: EvaldagCallback at step {step}: {(why.strip() or type(failed).__name__).splitlines()[0]}; "
+          "training goes on", file=sys.stderr)
 
 
 def _stop_rule(text: str | None) -> tuple | None:

@@ -62,6 +62,13 @@ def serve(adapter: HFAdapter, reqs: list[GradNorm]) -> list[GradNormResult]:
     return [GradNormResult(v) for v in out]
 
 
+def served(adapter: HFAdapter) -> dict | None:
+    """run.json's account of the adapter's GradNorm rows: the way (ghost, vmap or one
+    backward per row), and why rows took one backward each (never silent)."""
+    s = _STATE.get(adapter)
+    return s.runner.account() if s is not None and s.runner is not None else None
+
+
 def group_budget(adapter: HFAdapter, budget: Budget) -> Budget:
     """Many rows (under the token budget) when they can share a backward; split by length there."""
     if runner(adapter).way() == "one_row":
@@ -69,4 +76,4 @@ def group_budget(adapter: HFAdapter, budget: Budget) -> Budget:
     return dataclasses.replace(budget, max_batch=max(budget.max_batch, GENERATE_GROUP * _STATE[adapter].rows))
 
 
-HFAdapter.handlers.add("grad_norm", serve, group_budget=group_budget)
+HFAdapter.handlers.add("grad_norm", serve, group_budget=group_budget, served=served)

@@ -8,16 +8,20 @@ the parameters that receive a gradient of ``||grad||_p``.
 * :func:`one_row`: open-unlearning's batch of one, under a forked RNG seeded with 0.
 * ghost norms (:mod:`.hf_ghost`): rows of any length in one batched backward, per-row
   norms from activations and their gradients (p = 2; Linear, Embedding, RMSNorm and
-  LayerNorm weights, nothing shared). The fastest on CPU (1.5x on the 4 x 256 Llama).
+  LayerNorm weights; a weight shared only by tied input and output embeddings). The
+  fastest on CPU (1.5x on the 4 x 256 Llama, 2.1x on SmolLM2-135M).
 * :func:`many_rows`: ``torch.func.vmap(grad(loss))`` over rows of one length (no
   padding, no mask: each row runs the causal attention path of its one-row forward);
   for models ghost norms do not serve, on CUDA. Per-sample gradients of every
   parameter exist at once, so the caller bounds the rows.
 
 Batched ways need a model with no active dropout (then train mode draws no random
-numbers) and leave rows holding the masked (pad) id to one_row. They agree with one_row
-within float rounding (a few 1e-6 relative, float32). :class:`GradNormRunner` picks the
-way (``mode``) and checks ghost norms against one_row on the first row they serve.
+numbers); vmap leaves rows holding the masked (pad) id to one_row (it has no mask), ghost
+norms mask them as one_row does (every row of a model whose pad is its eos holds one).
+They agree with one_row within float rounding (a few 1e-6 relative, float32; 2e-5 on
+SmolLM2-135M, one_row's own rounding there). :class:`GradNormRunner` picks the way
+(``mode``), checks ghost norms against one_row on the first row they serve, and keeps an
+account of the rows (:meth:`GradNormRunner.account`, run.json's ``executor.served``).
 
 torch is imported inside the functions.
 """
@@ -25,6 +29,7 @@ torch is imported inside the functions.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from typing import Any
 
 from .grad_request import GradNorm
@@ -131,6 +136,9 @@ class GradNormRunner:
         self.padded_tokens = 0  # tokens the last call computed, padding included
         self._checked = False  # ghost norms compared with one backward on a row they would serve
         self.why_not_ghost: str | None = None
+        self.why_one_row: str | None = None  # why the way is one backward per row
+        self.batched = 0  # rows served in batched backward passes
+        self.alone: Counter[str] = Counter()  # rows that took one backward each, by why
 
     def way(self) -> str:
         if self._way is None:
@@ -138,7 +146,11 @@ class GradNormRunner:
         return self._way
 
     def _choose(self) -> str:
-        if self.mode == "one_row" or self.rows <= 1 or not dropout_free(self.model):
+        if self.mode == "one_row" or self.rows <= 1:
+            self.why_one_row = "asked for (grad mode one_row, or 1 row per backward)"
+            return "one_row"
+        if not dropout_free(self.model):
+            self.why_one_row = "dropout is active in train mode: each row draws its own random numbers"
             return "one_row"
         if self.mode in ("auto", "ghost"):
             self.why_not_ghost = supported(self.model)
@@ -146,8 +158,25 @@ class GradNormRunner:
                 return "ghost"
             if self.mode == "ghost":
                 warnings.warn(f"GradNorm: ghost norms cannot serve this model ({self.why_not_ghost}); one backward per row")
+                self.why_one_row = f"no ghost norms: {self.why_not_ghost}"
                 return "one_row"
-        return "vmap" if self.mode == "vmap" or self.model.device.type == "cuda" else "one_row"
+        if self.mode == "vmap" or self.model.device.type == "cuda":
+            return "vmap"
+        self.why_one_row = f"no ghost norms ({self.why_not_ghost}), and vmap serves CUDA only"
+        return "one_row"
+
+    def account(self) -> dict[str, Any]:
+        """How this model's GradNorm rows were served (run.json's ``executor.served``): the
+        way, rows in batched backward passes, rows that took one backward each by why."""
+        out: dict[str, Any] = {"way": self.way(), "rows_batched": self.batched,
+                               "rows_one_backward": sum(self.alone.values()), "one_backward_because": dict(self.alone)}
+        if self.way() != "ghost" and self.why_not_ghost:
+            out["why_not_ghost"] = self.why_not_ghost
+        return out
+
+    def _alone(self, r: GradNorm, why: str) -> float:
+        self.alone[why] += 1
+        return one_row(self.model, r, self.masked_id)[0]
 
     def __call__(self, reqs: list[GradNorm]) -> list[float]:
         model, out = self.model, [float("nan")] * len(reqs)
@@ -159,20 +188,22 @@ class GradNormRunner:
             done: list[int] = []
             if todo and self.used is None:
                 out[todo[0]], self.used = one_row(model, reqs[todo[0]], self.masked_id)
+                self.alone["the first row: which parameters receive a gradient" if self.way() != "one_row"
+                           else self._why_alone(reqs[todo[0]], "one_row")] += 1
                 done, todo = todo[:1], todo[1:]
             if self.way() == "ghost" and not self._checked:
                 # the first row ghost norms would serve, checked against its one-row backward
                 probe = next((i for i in done + todo if self._batchable(reqs[i], "ghost")), None)
                 if probe is not None:
                     if probe in todo:
-                        out[probe] = one_row(model, reqs[probe], self.masked_id)[0]
+                        out[probe] = self._alone(reqs[probe], "the first row ghost norms serve: their check")
                         todo.remove(probe)
                     self._check_ghost(reqs[probe], out[probe])
                     self._checked = True
             way = self.way()
             fits = [i for i in todo if way != "one_row" and self._batchable(reqs[i], way)]
             for i in sorted(set(todo) - set(fits)):
-                out[i] = one_row(model, reqs[i], self.masked_id)[0]
+                out[i] = self._alone(reqs[i], self._why_alone(reqs[i], way))
             for part in self._parts(reqs, fits, way):
                 rs = [reqs[i] for i in part]
                 if way == "ghost":
@@ -181,7 +212,8 @@ class GradNormRunner:
                 elif len(rs) > 1:
                     got = many_rows(model, rs, self.masked_id, self.used)
                 else:
-                    got = [one_row(model, rs[0], self.masked_id)[0]]
+                    got = [self._alone(rs[0], "vmap: no other row of its length and p in the batch")]
+                self.batched += len(rs) if len(rs) > 1 or way == "ghost" else 0
                 for i, v in zip(part, got):
                     out[i] = v
         finally:
@@ -189,10 +221,20 @@ class GradNormRunner:
             model.train(was_training)
         return out
 
+    def _why_alone(self, r: GradNorm, way: str) -> str:
+        """Why a row the way does not take runs alone."""
+        if way == "one_row":
+            return self.why_one_row or "one backward per row"
+        if way == "ghost":
+            return f"p = {r.p:g}: ghost norms give L2 norms only"
+        return "holds the masked (pad) id: vmap has no mask"
+
     def _batchable(self, r: GradNorm, way: str) -> bool:
-        if self.masked_id is not None and self.masked_id in r.context_ids + r.continuation_ids:
-            return False
-        return r.p == 2 if way == "ghost" else True
+        """Ghost norms take a row holding the masked (pad) id (they mask it as one_row does);
+        vmap has no mask."""
+        if way == "ghost":
+            return r.p == 2
+        return self.masked_id is None or self.masked_id not in r.context_ids + r.continuation_ids
 
     def _parts(self, reqs: list[GradNorm], idx: list[int], way: str) -> list[list[int]]:
         """Ghost: rows sorted by length, ``rows`` at a time; vmap: rows of one length and p."""
@@ -223,3 +265,4 @@ class GradNormRunner:
             warnings.warn(f"GradNorm: ghost norms disagree with one backward per row ({self.why_not_ghost}); "
                           "serving this model one row at a time")
             self._way = "vmap" if self.model.device.type == "cuda" and self.mode != "ghost" else "one_row"
+            self.why_one_row = f"ghost norms failed their check ({self.why_not_ghost})"

@@ -36,3 +36,13 @@ def test_second_run_is_warm_and_loads_no_weights(demo):
     html = (out / "report.html").read_text()
     assert "<script src=" not in html and "http://" not in html.replace("http://www.w3.org", "")
     assert html.count("<svg") >= 5
+
+
+def test_the_demo_runs_are_recorded_in_the_cache(demo, capsys):
+    out, _ = demo
+    capsys.readouterr()
+    assert cli.main(["cache", "runs", "--cache-dir", str(out.parent / "cache")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6  # three checkpoints, cold then warm
+    for line, m in zip(lines, ["target", "unlearned", "retain"] * 2):
+        assert f"out={out / m}" in line and "$ evaldag demo" in line and f"models/{m} " in line

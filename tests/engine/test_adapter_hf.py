@@ -483,6 +483,24 @@ def test_reference_mask_grad_norm_and_hidden_states():
         np.testing.assert_array_equal(x.states, y.states)
 
 
+@pytest.mark.parametrize("style", ["gpt2", "llama"])
+def test_reference_mask_grad_norm_rows_share_a_ghost_backward(style):
+    """Every row holds the pad id (GPT-2: the bos, of a tied model; Llama-3 style: turn ends
+    and the eos): ghost norms mask it as open-unlearning does, in batches, and equal one
+    backward per row."""
+    from evaldag.metrics.unlearning import grad_backend
+
+    res = pad_is_eos_resource(style)
+    reqs = [GradNorm(e.context_ids, e.continuation_ids) for e in pad_is_eos_encoded(style, 10)]
+    batched, single = res.load(), HFAdapter(*pad_is_eos(style))
+    grad_backend.configure(single, rows=1)
+    got = [r.value for r in batched.run_batch(reqs)]
+    assert got == pytest.approx([r.value for r in single.run_batch(reqs)], rel=2e-5)
+    account = grad_backend.served(batched)
+    assert account["way"] == "ghost" and account["rows_batched"] == len(reqs) - 1, account
+    assert account["one_backward_because"] == {"the first row: which parameters receive a gradient": 1}
+
+
 def test_mask_mode_is_in_the_fingerprint_only_where_it_matters(tmp_path):
     from ..tiny_models import EOS, EOT, save_tiny_model, tiny_tokenizer
 
