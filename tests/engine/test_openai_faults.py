@@ -194,3 +194,14 @@ def test_quiet_says_no_retry_lines(tmp_path):
         r = run(s.url, tmp_path, "--quiet", "--model-arg", "deadline=1.5")
     assert r.returncode == 1 and "throttled" not in r.stderr and "retrying" not in r.stderr, r.stderr
     assert [x for x in r.stderr.splitlines() if x.startswith("FAILED ")], r.stderr
+
+
+def test_a_sweep_of_servers_with_credentials_prints_and_records_none(tmp_path):
+    secret, qsecret = "PASS-4d3c2b", "QKEY-a1b2c3"
+    with BadServer("ok", auth=f"u:{secret}") as a, BadServer("ok", query=f"token={qsecret}") as b:
+        r = run("", tmp_path, model=a.url.replace("http://", f"openai:http://u:{secret}@") + "/v1",
+                *["--model", f"openai:{b.url}/v1?token={qsecret}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
+    assert qsecret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
+    assert len(json.loads((tmp_path / "out" / "sweep.json").read_text())["checkpoints"]) == 2
