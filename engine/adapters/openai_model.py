@@ -139,9 +139,17 @@ class OpenAIModel(ModelResource):
 
     # -- checks (before any work)
     def check(self) -> "OpenAIModel":
-        """Raise :class:`BackendError` (one line) when the server cannot be used as given."""
+        """Raise :class:`BackendError` (one line) when the server cannot be used as given; the
+        checks' retries are not said (their failure is that one line, nothing before it)."""
         if not self.tokenizer:
             raise BackendError(f"{self.spec} needs --tokenizer DIR|ID: the local tokenizer that builds the prompts")
+        say, self.client.say = self.client.say, lambda line: None
+        try:
+            return self._check()
+        finally:
+            self.client.say = say
+
+    def _check(self) -> "OpenAIModel":
         try:
             models = self.client.get("/v1/models", timeout=min(self.client.timeout, 15.0), retries=1)
         except ServerError as e:

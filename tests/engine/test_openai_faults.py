@@ -205,3 +205,15 @@ def test_a_sweep_of_servers_with_credentials_prints_and_records_none(tmp_path):
     assert secret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
     assert qsecret not in r.stdout + r.stderr + files_text(tmp_path / "out", tmp_path / "cache")
     assert len(json.loads((tmp_path / "out" / "sweep.json").read_text())["checkpoints"]) == 2
+
+
+def test_an_unreachable_server_is_one_line_with_no_retry_line_before_it(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    r = run(f"http://127.0.0.1:{port}", tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"evaldag: error: openai:http://127.0.0.1:{port}/v1: no server answers ([Errno 111] Connection refused); "
+        "is it running and is the URL right?"], r.stderr
