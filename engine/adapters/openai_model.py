@@ -236,7 +236,8 @@ class OpenAIModel(ModelResource):
             srv = self.server()
             version = None
             try:
-                version = (self.client.get("/version", retries=1) or {}).get("version")
+                answer = self.client.get("/version", retries=1)
+                version = answer.get("version") if isinstance(answer, dict) else None  # a text page: no version
             except ServerError:
                 pass
             ids = self.encoder().encode(PROBE_TEXT, add_special_tokens=True)
