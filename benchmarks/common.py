@@ -111,7 +111,7 @@ MODEL_FLAGS = (
           "checkpoint, instead of the adapter_config.json's base_model_name_or_path"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
-    _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
+    _flag("--fallback", default=None, help="with --model openai:URL or vllm:DIR: hf:DIR, the same weights (checked before it serves anything), for what the primary cannot compute"),
     _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE", help="a setting of --model's backend, "
           "repeatable; the backend names its keys (openai:URL: deadline, max_body_mb, timeout ...; docs/servers.md)"),
     _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),

@@ -223,10 +223,20 @@ class ModelResource:
         """Raise when the weights changed since ``fingerprint()`` (hf: a stat per file); the
         executor calls it before storing each batch. Nothing to check by default."""
 
+    def weights_fingerprint(self) -> str | None:
+        """A digest of the weights alone (not the tokenizer, dtype or backend), when this backend
+        reads them from files: two backends over copies of one checkpoint give the same digest.
+        None (the default: a server, an adapter over a base) where the weights cannot be seen;
+        a ``--fallback`` is then proven the same model by a probe (``sameweights.py``)."""
+        return None
+
 
 @dataclass(eq=False)
 class Routed(ModelResource):
     """``--fallback``: ``primary`` serves what it can; ``fallback`` (the same weights) the rest.
+
+    "The same weights" is checked before the fallback serves anything (``sameweights.py``):
+    weight digests where both read files, else a probe on the run's own rows.
 
     Its fingerprint is the primary's (same weights: the metric values do not depend on
     which served them), its capabilities the union; each request goes to the first that

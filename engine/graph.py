@@ -210,6 +210,28 @@ class Graph:
         if group not in self.groups:
             self.groups.append(group)
 
+    def twin(self, key: str, tag: str, children: Iterable[str]) -> str:
+        """A copy of vertex ``key`` (same metric, params, parents; no display name) that ``children``
+        read instead of it; returns the copy's key (the same on every call with these arguments).
+
+        The planner uses it to serve one scorer's work twice: by the primary backend for the
+        metrics it can give, by a ``--fallback`` for the ones that need what only the fallback has.
+        """
+        v = self.vertices[key]
+        new = hash_value({"twin": key, "tag": tag})
+        if new not in self.vertices:
+            self.vertices[new] = Vertex(new, v.node, v.bind, dict(v.parent_keys))
+            self.nx.add_node(new, vertex=self.vertices[new])
+            for pk in set(v.parent_keys.values()):
+                self.nx.add_edge(pk, new, keys=list(self.nx.edges[pk, key]["keys"]))
+        for c in children:
+            keys = self.nx.edges[key, c]["keys"]
+            self.nx.remove_edge(key, c)
+            self.nx.add_edge(new, c, keys=keys)
+            cv = self.vertices[c]
+            cv.parent_keys = {k: new if pk == key else pk for k, pk in cv.parent_keys.items()}
+        return new
+
     # ------------------------------------------------------------------ queries
     def order(self) -> list[Vertex]:
         return [self.vertices[k] for k in nx.lexicographical_topological_sort(self.nx, key=lambda k: self.vertices[k].label)]

@@ -195,6 +195,16 @@ class HFModel(ModelResource):
         snapshot = _hub_snapshot(self.path)
         return _digest("hf-hub-1", self.path, snapshot.name if snapshot else "unresolved", f"dtype={dtype}", *mask)
 
+    def weights_fingerprint(self) -> str | None:
+        """The weight files' contents, their names aside (the backend contract); None for a hub id
+        or in-memory objects, whose files evaldag does not hash."""
+        if self._objects is not None or not self.is_dir:
+            return None
+        self.fingerprint()
+        if self._snapshot is None:
+            return None
+        return _digest("weights-1", *sorted(d for n, (_, d) in self._snapshot.files.items() if Path(n).suffix in WEIGHT_SUFFIXES))
+
     def device_type(self) -> str:
         """``cpu``, ``cuda`` or ``mps``: where this model runs, known without importing torch.
 

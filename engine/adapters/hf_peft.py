@@ -143,6 +143,10 @@ class HFPeftModel(HFModel):
         own.append(f"{ADAPTER_CONFIG}={_digest(json.dumps(conf, sort_keys=True, default=str))}")
         return _digest("hf-peft-1", f"base={self.base.fingerprint()}", *own, *mask)
 
+    def weights_fingerprint(self) -> str | None:
+        """None: an adapter's numbers depend on its base too; a fallback is proven by a probe."""
+        return None
+
     def encoder(self) -> HFEncoder:
         if self._encoder is None:
             if not self._own_tokenizer():

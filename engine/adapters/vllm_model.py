@@ -105,6 +105,9 @@ class VLLMModel(ModelResource):
     def verify_unchanged(self) -> None:
         self.hf.verify_unchanged()
 
+    def weights_fingerprint(self) -> str | None:
+        return self.hf.weights_fingerprint()  # the folder's weight files, as hf: reads them
+
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 

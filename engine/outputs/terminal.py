@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..redact import redact
 from ..results import NONFINITE, Result, RunResult
 
 
@@ -23,6 +24,7 @@ def print_run(result: RunResult, out: Path | None = None, label: str | None = No
     checkpoint on each block's title line (a sweep prints one block per checkpoint)."""
     groups = [g for g in result.graph.groups if g is not None] or [None]
     width = max([32] + [len(n) for v in result.graph.vertices.values() for _, n in v.names]) + 1
+    served = result.served_by()  # with a --fallback: which backend each number came from
     for g in groups:
         if g or label:
             print(f"== {' · '.join(x for x in (g, label) if x)}")
@@ -39,6 +41,8 @@ def print_run(result: RunResult, out: Path | None = None, label: str | None = No
             noted = isinstance(val, Result) and bool(val.reason) and (blank or val.reason.startswith(NONFINITE))
             why = f"  ({val.reason})" if noted else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")
+            by = served.get(name)
+            why = (f"  served by {redact(', '.join(by.values()) if len(by) == 1 else str(by))}" if by else "") + why
             print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor
     counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}

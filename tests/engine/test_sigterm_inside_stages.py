@@ -61,3 +61,45 @@ def test_sigterm_inside_a_long_stage(tmp_path, stage):
     info = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", "cache", "info", "--cache-dir", str(cache)],
                           capture_output=True, text=True, check=True)
     assert json.loads(info.stdout)["requests"] >= 40, info.stdout
+
+
+def test_a_second_run_does_not_wait_for_the_first_runs_generation(tmp_path):
+    """The first run stores and unlocks its token-statistics node before its (slowed) generation:
+    a second run needing only that node finishes while the first is still generating."""
+    patch, _ = SLOW["generation"]
+    marker = tmp_path / "inside"
+    code = (f"import sys, time\nfrom pathlib import Path\ndef mark():\n    Path({str(marker)!r}).touch()\n" + patch
+            + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))")
+    cache = tmp_path / "cache"
+    base = ["run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"), "--quiet",
+            "--cache-dir", str(cache)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", code, *base, "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE",
+                              "--out", str(tmp_path / "a")], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 240
+        while not marker.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.exists()
+        second = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", *base, "--metrics", "forget_Q_A_Prob",
+                                 "--out", str(tmp_path / "b"), "--lock-timeout", "60"], capture_output=True, text=True, env=env)
+        assert second.returncode == 0, second.stderr
+        assert first.poll() is None  # still generating
+        run = json.loads((tmp_path / "b" / "run.json").read_text())
+        assert run["executor"]["sequences_forwarded"] == 0 and run["lock_wait_seconds"] < 5
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_the_waiting_line_says_what_the_holder_computes(tmp_path):
+    from evaldag.engine.cache.nodes import NodeStore
+
+    store = NodeStore(tmp_path)
+    lk = store.try_lock("ab" * 32, doing="qa_generations[362165] on /models/target")
+    try:
+        other = NodeStore(tmp_path).lock("ab" * 32)
+        assert other.holder().startswith(f"lock held by pid {os.getpid()} on ")
+        assert ", computing qa_generations[362165] on /models/target" in other.holder()
+    finally:
+        lk.release()
