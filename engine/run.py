@@ -29,7 +29,7 @@ from .declare import InputError
 from .graph import Graph, Vertex
 from .planner import Plan, plan
 from .sameweights import prove
-from .progress import bar as progress_bar
+from .progress import StageLines, bar as progress_bar
 from .reasons import history_slots, recompute_reason, remember
 from .resources import ResourceSet
 from .results import NodeRecord, RunResult, flagged
@@ -148,6 +148,7 @@ class _Runner:
         left = {v.key: len(set(v.parent_keys.values()) - self.records.keys()) for v in pending}
         frontier = [v for v in pending if left[v.key] == 0]
         queued = {v.key for v in frontier}
+        stages = StageLines(pending, self.g.nx, getattr(self.ex, "progress", False))
         while frontier:
             ready, i = [], 0
             while i < len(frontier):  # grows: the children of a node skipped here are skipped in this pass
@@ -161,6 +162,7 @@ class _Runner:
                 else:
                     ready.append(v)
             if ready:
+                stages.say(ready)
                 self._stage(ready)
             frontier = sorted((c for v in ready for c in self._release(v, left, queued)), key=lambda c: pos[c.key])
         stuck = [v.label for v in pending if v.key not in self.records]

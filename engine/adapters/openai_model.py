@@ -14,7 +14,7 @@ server's **identity** and the **checks** a run makes before any work:
   batch-invariant does not flap) of one fixed short prompt. Weights changed behind the
   same name give another probe, so another fingerprint, so the request cache
   recomputes; a restarted server with the same weights is warm; a Hugging Face model
-  and a server never share a fingerprint (``openai-1`` vs ``hf-*``).
+  and a server never share a fingerprint (``openai-2`` vs ``hf-*``).
 * the capabilities it found (``logprob_mode``, ``gen_mode``), detected once per
   resource and recorded in ``describe()`` (so in run.json).
 """
@@ -271,7 +271,8 @@ class OpenAIModel(ModelResource):
         if self._fp is None:
             ident = self.server_identity()
             text = json.dumps({**ident, "tokenizer": self.encoder().fingerprint()}, sort_keys=True, default=str)
-            self._fp = hashlib.sha256(("openai-1\0" + text).encode()).hexdigest()
+            # the version: what is stored from a server, and how it is checked (docs/cache.md)
+            self._fp = hashlib.sha256(("openai-2\0" + text).encode()).hexdigest()
         return self._fp
 
     def device_type(self) -> str:

@@ -43,7 +43,9 @@ def print_run(result: RunResult, out: Path | None = None, label: str | None = No
             why = why or (f"  ({rec.problem})" if rec.problem else "")
             by = served.get(name)
             why = (f"  served by {redact(', '.join(by.values()) if len(by) == 1 else str(by))}" if by else "") + why
-            print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
+            ci = val.extra.get("percentile") if isinstance(val, Result) else None  # an interval node's (uncertainty.py)
+            span = f" [{fmt(ci[0])}, {fmt(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
+            print(f"  {name:{width}s} {fmt(agg):>12s}{span}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor
     counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}
     print(

@@ -103,3 +103,36 @@ def test_the_waiting_line_says_what_the_holder_computes(tmp_path):
         assert ", computing qa_generations[362165] on /models/target" in other.holder()
     finally:
         lk.release()
+
+
+def test_generations_finished_before_a_stop_are_kept(tmp_path):
+    """One continuous generation batch, stopped after some rows finished: those rows are stored
+    (the executor stores each as it finishes), and the next run generates only the others."""
+    fin = tmp_path / "finished"
+    prelude = ("import sys, time\nfrom pathlib import Path\nfrom evaldag.engine.adapters import hf_generation as m\n"
+               "seen = []\nreal_finished = m.finished\n"
+               "def counted(i, r):\n    real_finished(i, r); seen.append(i)\n"
+               f"    Path({str(fin)!r}).write_text(str(len(seen)))\n"
+               "m.finished = counted\ncls = m.DecodeLoop\nreal = cls._forward\n"
+               "def slow(self, *a, **k):\n    time.sleep(0.05); return real(self, *a, **k)\n"
+               "cls._forward = slow\n")
+    code = prelude + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+    cache = tmp_path / "cache"
+    base = ["run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
+            "--metrics", "forget_Q_A_ROUGE", "--max-new-tokens", "48", "--quiet", "--cache-dir", str(cache)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", code, *base, "--out", str(tmp_path / "a")], stderr=subprocess.PIPE,
+                         text=True, env=env)
+    deadline = time.time() + 240
+    while not (fin.exists() and int(fin.read_text() or 0) >= 3) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-2000:]
+    kept = int(fin.read_text())
+    assert 3 <= kept < 40
+    again = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", *base, "--out", str(tmp_path / "b")],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    ex = json.loads((tmp_path / "b" / "run.json").read_text())["executor"]
+    assert ex["by_kind"]["generate"]["cached"] >= kept and ex["generations"] == 40 - ex["by_kind"]["generate"]["cached"]
