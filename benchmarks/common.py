@@ -30,6 +30,7 @@ from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template,
                                       masking_quirk, template_pad_files)
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
+from ..engine.adapters.model_args import parse_pairs
 from ..engine.adapters.placement import parse_max_memory
 from ..engine.argtypes import limit as limit_type
 from ..engine.registry import BENCHMARKS
@@ -115,6 +116,8 @@ MODEL_FLAGS = (
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
     _flag("--fallback", default=None, help="with --model openai:URL or vllm:DIR: hf:DIR, the same weights (checked before it serves anything), for what the primary cannot compute"),
+    _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE", help="a setting of --model's backend, "
+          "repeatable; the backend names its keys (openai:URL: deadline, max_body_mb, timeout ...; docs/servers.md)"),
     _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
     _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
     _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
@@ -199,6 +202,8 @@ def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
         given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None)
                  for q in QUALIFIERS + (VLLM_OPTIONS if role == "model" else ())}
         given = {k: v for k, v in given.items() if v is not None}
+        if role == "model" and getattr(args, "model_arg", None):  # --model-arg: the backend checks the keys
+            given["model_args"] = parse_pairs(args.model_arg)
         if given:
             out[role] = given
     return out
@@ -237,7 +242,7 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     adapter_base = quals.pop("adapter_base", None) if parsed.scheme == "hf" else None
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
-            names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
+            names = ", ".join(f"{ROLES[role].removesuffix('model')}{spec.flag_word(k)}" for k in quals)
             raise ValueError(f"{names}: only for a server or vLLM model ({flag} openai:URL, vllm:DIR), not {flag} {path}")
         if parsed.scheme == "vllm":
             quals["dtype"] = opts.dtype  # in-process weights: --dtype applies as for hf:

@@ -177,6 +177,15 @@ class OutOfMemory(RuntimeError):
     """A batch did not fit on the device; the executor halves the batch and retries."""
 
 
+class ServingError(RuntimeError):
+    """A backend could not serve a batch, and its message is the whole story (which server or
+    model, what it answered): the nodes that asked fail with this one line, no traceback, and
+    the rest of the run goes on. Raise a subclass for a failure of the model's side, never for
+    a bug of the backend's own (those keep their traceback)."""
+
+    one_line = True  # read by run.py: the node's record is ``str(error)``
+
+
 class ModelResource:
     """The cheap half, made from a model spec. Subclass it.
 

@@ -181,3 +181,34 @@ class StageLines:
         parts = [f"{sum(scorers.values())} scorers ({what})" if scorers else "", f"{aggs} aggregators" if aggs else ""]
         print(f"evaldag: stage {self.k} of {max(self.n, self.k)}: {len(ready)} nodes: "
               + "; ".join(x for x in parts if x), file=sys.stderr, flush=True)
+
+
+_hushed_everywhere = [False]  # --quiet: every thread (a client's calls run in a pool)
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """One line on stderr about a long stage while it happens (a server retried, throttled):
+    through tqdm when a bar is drawn, so the bar is redrawn below it; nothing inside :func:`hushed`."""
+    if _hushed_everywhere[0]:
+        return
+    stream = stream or sys.stderr
+    tqdm = sys.modules.get("tqdm.auto")
+    live = tqdm is not None and getattr(tqdm.tqdm, "_instances", None)
+    if live:
+        tqdm.tqdm.write(line, file=stream)
+    else:
+        print(line, file=stream, flush=True)
+
+
+class hushed:
+    """``with hushed(args.quiet):`` no :func:`say` lines (``--quiet`` prints errors only)."""
+
+    def __init__(self, on: bool = True):
+        self.on, self.before = bool(on), False
+
+    def __enter__(self) -> "hushed":
+        self.before, _hushed_everywhere[0] = _hushed_everywhere[0], self.on or _hushed_everywhere[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _hushed_everywhere[0] = self.before

@@ -6,8 +6,8 @@ and benchmarks), and each scorer gets its results back, for as many rounds as it
 allows. Every finished node is written to the store at once, under a per-node file
 lock, so a killed run resumes and two processes never compute one node twice.
 
-A node that raises is recorded with a short traceback; its descendants are skipped
-with that reason; everything else still runs and is stored.
+A node that raises is recorded with a short traceback (its one line alone for an ``InputError`` or a
+``one_line`` error: a backend's ServingError); its descendants are skipped; everything else still runs.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ class _Runner:
             self.forget_model(getattr(err, "model_fp", None))
         if isinstance(err, (CacheWriteError, ModelRefused)):  # not the node's fault: stop the run, one clear line
             raise err
-        tb = err if isinstance(err, str) else str(err) if isinstance(err, InputError) else \
+        tb = err if isinstance(err, str) else str(err) if isinstance(err, InputError) or getattr(err, "one_line", False) else \
             "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
 

@@ -39,6 +39,7 @@ import pydantic
 
 from . import runlog
 from .added import added_metrics
+from .backend import ServingError
 from .cache import Cache, CacheWriteError
 from .distributed import Group, launch, prepare
 from .distributed.checkpoints import shared_graph
@@ -269,7 +270,7 @@ def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_o
                          force=o.refresh is not None, lock_timeout=o.lock_timeout, fingerprinted=group is not None,
                          provenance={**({"command": list(o.command)} if o.command is not None else {}), **o.provenance})
         held["result"] = result
-    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure, ServingError) as e:  # a full disk, a server gone: one line
         print(error_line(e, benches), file=sys.stderr)
         return 2
     done = launch.finish(group, result)  # only rank 0 writes the outputs

