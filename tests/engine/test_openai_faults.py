@@ -174,7 +174,7 @@ def test_a_server_that_fails_after_its_checks_is_one_line(tmp_path):
 
 
 def test_a_sweeps_folder_names_hold_no_credentials():
-    from evaldag.engine.cli.sweep import folder_names
+    from evaldag.engine.sweep_plan import folder_names
 
     names = folder_names(["openai:http://u:PASS@h:8000/v1?api_key=SEC", "openai:http://g:8000/v1"])
     assert not any("PASS" in n or "SEC" in n for n in names) and len(set(names)) == 2
