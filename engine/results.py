@@ -252,9 +252,13 @@ class RunResult:
                 rec = self.records.get(key)
                 val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None
                 agg = val.agg_value if isinstance(val, Result) else val
-                if agg is not None:
+                if agg is not None and (isinstance(val, Result) or _plain_number(val)):  # not a scorer's raw arrays
                     out[n] = agg
         return out
+
+
+def _plain_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) or (type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0)
 
 
 def _version(dist: str) -> str | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..bad_server import BadServer
+from ..inprocess import run_cli
 
 FIX = Path(__file__).parents[1] / "fixtures"
 TOK = FIX / "tiny-llama" / "target"
@@ -25,11 +26,9 @@ FAST = ["--model-arg", "retries=1", "--model-arg", "backoff=0.05"]  # keep the r
 
 
 def run(url: str, tmp_path: Path, *extra: str, model: str | None = None) -> subprocess.CompletedProcess:
-    args = [EVALDAG, "run", "tofu", "--model", model or f"openai:{url}/v1", "--tokenizer", str(TOK),
-            "--data", str(FIX / "tofu_tiny"), "--metrics", "forget_Q_A_Prob", "--out", str(tmp_path / "out"),
-            "--cache-dir", str(tmp_path / "cache"), *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    return run_cli(["run", "tofu", "--model", model or f"openai:{url}/v1", "--tokenizer", str(TOK),
+                    "--data", str(FIX / "tofu_tiny"), "--metrics", "forget_Q_A_Prob", "--out", str(tmp_path / "out"),
+                    "--cache-dir", str(tmp_path / "cache"), *extra])
 
 
 def failed_line(r: subprocess.CompletedProcess) -> str:

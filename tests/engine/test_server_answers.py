@@ -13,23 +13,16 @@ from the tiny Llama fixture, honestly or with one fault.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
-from evaldag.engine import cli
-
 from ..answer_server import FIXTURE, AnswerServer, plant_nan
+from ..inprocess import run_cli
 
 TOFU_TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tofu_tiny"
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 HF_VALUE = 0.9821279  # forget_Q_A_Prob of the fixture through the hf backend (cpu fp32): 0.982127929...
 
 
@@ -41,17 +34,9 @@ def server():
 
 
 def run(server, tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
-    """``evaldag run tofu`` against the server, in this process (the CLI's own entry point, its
-    stdout and stderr captured): a fresh process per run cost ~10 s of imports each."""
-    args = ["run", "tofu", "--model", f"openai:{server.url}/v1", "--tokenizer", str(FIXTURE),
-            "--tofu-data", str(TOFU_TINY), "--metrics", "forget_Q_A_Prob", "--out", str(tmp_path / out),
-            "--cache-dir", str(tmp_path / "cache"), *extra]
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
-        warnings.simplefilter("default")  # warnings to stderr, as the console script shows them
-        warnings.showwarning = lambda m, c, f, n, file=None, line=None: stderr.write(warnings.formatwarning(m, c, f, n, line))
-        code = cli.main(args)
-    return subprocess.CompletedProcess([EVALDAG, *args], code, stdout.getvalue(), stderr.getvalue())
+    return run_cli(["run", "tofu", "--model", f"openai:{server.url}/v1", "--tokenizer", str(FIXTURE),
+                    "--tofu-data", str(TOFU_TINY), "--metrics", "forget_Q_A_Prob", "--out", str(tmp_path / out),
+                    "--cache-dir", str(tmp_path / "cache"), *extra])
 
 
 def value(out: Path) -> dict:
