@@ -48,7 +48,8 @@ def rel(a: float, b: float) -> float:
 def micro(folder: str, repeat: int = 3) -> None:
     """The scoring forward (16 rows x 64 tokens, head and statistics on every position) and
     one decode step (32 rows, a 96-token cache) alone, fp32 against bf16: best of ``repeat``
-    in CPU seconds. "bf16, fp32 head" projects the bf16 hidden states with an fp32 copy of the head."""
+    in CPU seconds. "bf16, fp32 head" projects the bf16 hidden states with an fp32 copy of the
+    head. Then how far each bf16 variant's log-probs (of random ids) are from fp32's."""
     import time
 
     import torch
@@ -65,7 +66,7 @@ def micro(folder: str, repeat: int = 3) -> None:
         return min(out)
 
     ids = torch.randint(0, 1000, (16, 64))
-    times = {}
+    times, lps = {}, {}
     for dtype in (torch.float32, torch.bfloat16):
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
         head32 = m.get_output_embeddings().weight.float()
@@ -73,8 +74,8 @@ def micro(folder: str, repeat: int = 3) -> None:
             def score(fp32_head=False):
                 h = m.base_model(input_ids=ids, use_cache=False)[0].reshape(-1, m.config.hidden_size)
                 logits = h.float() @ head32.T if fp32_head else m.get_output_embeddings()(h).float()
-                for k in range(0, len(logits), 256):
-                    _stats_kernel(logits[k : k + 256], ids.reshape(-1)[k : k + 256])
+                return torch.cat([_stats_kernel(logits[k : k + 256], ids.reshape(-1)[k : k + 256])[0]
+                                  for k in range(0, len(logits), 256)])
 
             cache = DynamicCache(config=m.config)
             m(input_ids=torch.randint(0, 1000, (32, 96)), past_key_values=cache, use_cache=True)
@@ -90,12 +91,17 @@ def micro(folder: str, repeat: int = 3) -> None:
             name = str(dtype).replace("torch.", "")
             times[f"{name} score"] = best(score)
             times[f"{name} decode"] = best(decode)
+            lps[name] = score()
             if dtype == torch.bfloat16:
                 times["bfloat16, fp32 head score"] = best(lambda: score(True))
+                lps["bfloat16, fp32 head"] = score(True)
     f32s, f32d = times["float32 score"], times["float32 decode"]
     for k, v in times.items():
         base = f32s if "score" in k else f32d
         print(f"  {k:<28}{v:8.3f} CPU s  ({base / v:.2f}x fp32)")
+    for k in ("bfloat16", "bfloat16, fp32 head"):
+        d = (lps[k] - lps["float32"]).abs()
+        print(f"  log-prob of {k} - fp32: largest {float(d.max()):.3f}, mean {float(d.mean()):.4f}")
 
 
 def main() -> None:

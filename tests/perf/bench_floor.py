@@ -1,25 +1,27 @@
 """The floor as the yardstick: evaldag's model work against a plain torch loop doing exactly it.
 
-Run: python tests/perf/bench_floor.py [--model random|smollm2|PATH] [--limit N] [--template plain|chat]
+Run: python tests/perf/bench_floor.py [--model random|FOLDER] [--limit N] [--template plain|chat]
 
 One ``evaldag run tofu`` (bench_tofu_scale's metrics, cold cache) runs in this process with
 the executor's ``_compute`` wrapped: every (kind, unique request, result) it computes is
 recorded with the wall and CPU seconds evaldag spent on it. The same requests are then
-replayed on a freshly loaded model (a run of one row a split comes first, discarded: the
-first run in a process pays one-time costs) in a plain torch loop, the least work that answers them:
+replayed on a freshly loaded model in a plain torch loop, the least work that answers
+them (a run of one row a split comes first, discarded: the first run in a process pays
+one-time costs). Every floor uses evaldag's default attention mask, open-unlearning's
+``ids != pad`` (with pad == eos the chat turns' eos are hidden too):
 
 * token statistics: each unique token sequence once (requests that differ only in where
   the context ends share it), sorted by length, batched under evaldag's own CPU token
-  budget (so padding is what sorting leaves), one forward of the base model, the head only
-  on the scored positions, log-softmax moments in float32 (the same four numbers);
+  budget (so padding is what sorting leaves), one forward of the base model, the head
+  only on the scored positions, log-softmax moments in float32 (the same four numbers);
 * generation: greedy, with oracle lengths (each prompt decodes exactly as many tokens as
   evaldag's answer holds, rows leave the batch at their length), prompts sorted by
   (length to generate, prompt length), 64 rows a batch, one prefill and a preallocated
   KV buffer (evaldag's growing cache layer: a plain DynamicCache concatenates the whole
   cache every step, which made this "floor" 1.3x slower than evaldag's loop);
 * GradNorm: one forward and backward of the summed per-row loss per batch of 8 rows
-  sorted by length (weight gradients formed once per batch): any per-row norm method needs
-  at least this, so it is GradNorm's batched floor.
+  sorted by length (weight gradients formed once per batch). evaldag's ghost norms form
+  no weight gradient, so they can come in under this recipe.
 
 Prints per kind evaldag ÷ floor in CPU seconds (the figure to trust on this shared machine:
 ``time.process_time``) beside wall seconds, the largest log-prob difference and how many
@@ -128,6 +130,7 @@ def floor_token_stats(model, pad: int, work: list, budget_tokens: int) -> tuple[
             mask = torch.zeros((len(b), width), dtype=torch.long)
             for i, s in enumerate(b):
                 ids[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
+            mask = mask * (ids != pad).long()
             real, padded = real + sum(map(len, b)), padded + len(b) * width
             hidden = base(input_ids=ids, attention_mask=mask, use_cache=False)[0]
             where = [(i, t) for i, s in enumerate(b) for t in sorted(scored[s])]
@@ -171,7 +174,8 @@ def floor_generate(model, pad: int, work: list) -> tuple[Clock, int, int]:
             mask = torch.zeros((len(b), width), dtype=torch.long)
             for i, (p, _, _) in enumerate(b):
                 ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            mask = mask * (ids != pad).long()
+            pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
             cache = DynamicCache(config=model.config)
             cache.layers = [_GrowingLayer() for _ in cache.layers]  # a preallocated KV buffer, no concatenation
             logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **{arg: cache},
@@ -221,6 +225,7 @@ def floor_grad_norm(model, pad: int, work: list) -> Clock:
                 ids[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
                 end = len(s) - (1 if r.exclude_last else 0)
                 labels[i, len(r.context_ids) : end] = torch.tensor(s[len(r.context_ids) : end])
+            mask = mask * (ids != pad).long()
             logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
             nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).float(), labels[:, 1:],
                                                     reduction="none", ignore_index=-100)
