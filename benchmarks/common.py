@@ -24,8 +24,12 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import HFModel, is_adapter_dir
+from ..engine.adapters.hf_gguf import check_gguf, is_gguf
+from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
+                                      masking_quirk, template_pad_files)
 from ..engine.adapters.hf_peft import check_adapter
 from ..engine.adapters.hf_tokenizer import HFModelTokenizer
+from ..engine.adapters.model_args import parse_pairs
 from ..engine.adapters.placement import parse_max_memory
 from ..engine.cli.types import limit as limit_type
 from ..engine.registry import BENCHMARKS
@@ -110,7 +114,9 @@ MODEL_FLAGS = (
           "checkpoint, instead of the adapter_config.json's base_model_name_or_path"),
     _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
     _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
-    _flag("--fallback", default=None, help="with --model openai:URL: hf:DIR, the same weights, for what the server cannot compute"),
+    _flag("--fallback", default=None, help="with --model openai:URL or vllm:DIR: hf:DIR, the same weights (checked before it serves anything), for what the primary cannot compute"),
+    _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE", help="a setting of --model's backend, "
+          "repeatable; the backend names its keys (openai:URL: deadline, max_body_mb, timeout ...; docs/servers.md)"),
     _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
     _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
     _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
@@ -195,6 +201,8 @@ def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
         given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None)
                  for q in QUALIFIERS + (VLLM_OPTIONS if role == "model" else ())}
         given = {k: v for k, v in given.items() if v is not None}
+        if role == "model" and getattr(args, "model_arg", None):  # --model-arg: the backend checks the keys
+            given["model_args"] = parse_pairs(args.model_arg)
         if given:
             out[role] = given
     return out
@@ -233,13 +241,16 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     adapter_base = quals.pop("adapter_base", None) if parsed.scheme == "hf" else None
     if parsed.scheme != "hf" or quals:
         if parsed.scheme == "hf":
-            names = ", ".join(f"{ROLES[role].removesuffix('model')}{k.replace('_', '-')}" for k in quals)
+            names = ", ".join(f"{ROLES[role].removesuffix('model')}{spec.flag_word(k)}" for k in quals)
             raise ValueError(f"{names}: only for a server or vLLM model ({flag} openai:URL, vllm:DIR), not {flag} {path}")
         if parsed.scheme == "vllm":
             quals["dtype"] = opts.dtype  # in-process weights: --dtype applies as for hf:
         return spec.resolve(path, flag, **quals)
     path = parsed.target
     check_model(path, opts, flag, tokenizer, adapter_base)
+    if is_gguf(path):  # one file, dequantized by transformers at load (engine/adapters/hf_gguf.py)
+        return HFModel(path, tokenizer=tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                       device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
     if adapter_base or is_adapter_dir(path):  # a PEFT adapter over its base (engine/adapters/hf_peft.py)
         return HFModel(path, adapter_base=adapter_base, dtype=opts.dtype, device=opts.device,
                        attention_mask=opts.attention_mask, device_map=opts.device_map,
@@ -268,6 +279,8 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
     """Before any weights load: the checkpoint is there (a folder, or a hub id in the local
     cache when offline), its tokenizer has a chat template when the prompt needs one, and
     the device exists. Each problem is one ValueError naming the flag and the value."""
+    if is_gguf(path) or path.lower().endswith(".gguf") and Path(path).expanduser().is_file():
+        return check_gguf_model(path, opts, flag, tokenizer)
     folder = checkpoint_folder(path, flag)
     if folder is not None and (adapter_base or is_adapter_dir(folder)):  # an adapter: its base is checked as the model
         base = check_adapter(folder, adapter_base, flag, tokenizer)
@@ -289,11 +302,32 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
-        if opts.attention_mask == "reference" and bos_is_eos_without_pad(folder):
-            print(f"evaldag: warning: {flag} {path}: the tokenizer has no pad token and its bos equals its eos, so "
-                  "the default masking also hides real bos/eos tokens and changes scores; --attention-mask padding "
-                  "masks only padding (docs/gotchas.md)", file=sys.stderr)
+        if opts.attention_mask == "reference":
+            masking_warning(flag, path, bos_is_eos_without_pad(folder), opts.template.apply_chat_template and
+                            template_pad_files(folder))
     check_device(opts.device)
+
+
+def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | None) -> None:
+    """:func:`check_model` for a GGUF file: its header (extra, architecture, tensor types), then
+    the chat template and the masking warning from ``--tokenizer``'s files or the GGUF's own metadata."""
+    header = check_gguf(path, flag)
+    folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer") if tokenizer is not None else None
+    chat = has_chat_template(folder) if folder else tokenizer is not None or bool(header.chat_template)
+    bos_eos = bos_is_eos_without_pad(folder) if folder else tokenizer is None and header.bos_is_eos_without_pad()
+    pad_turn = template_pad_files(folder) if folder else None if tokenizer is not None else header.template_pad()
+    if opts.template.apply_chat_template and not chat:
+        raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
+                         "(use --template plain, or --template-args with the model's tags)")
+    if opts.attention_mask == "reference":
+        masking_warning(flag, path, bos_eos, opts.template.apply_chat_template and pad_turn)
+    check_device(opts.device)
+
+
+def masking_warning(flag: str, path: str, bos_eos: bool, template_pad: str | None) -> None:
+    quirk = masking_quirk(bos_eos, template_pad)
+    if quirk:
+        print(f"evaldag: warning: {flag} {path}: {quirk}", file=sys.stderr)
 
 
 def checkpoint_folder(path: str, flag: str = "--model") -> Path | None:
@@ -345,39 +379,6 @@ def same_tokenizer_files(mine: dict[str, bytes], theirs: dict[str, bytes]) -> bo
         if da != db:
             return False
     return True
-
-
-def has_tokenizer(folder: Path) -> bool:
-    """A vocabulary file is there (a tokenizer_config.json alone builds an empty tokenizer)."""
-    names = ("tokenizer.json", "vocab.json", "vocab.txt", "tiktoken.model")
-    return any((folder / n).is_file() for n in names) or any(folder.glob("*.model"))
-
-
-def bos_is_eos_without_pad(folder: Path) -> bool:
-    """The GPT-2 shape docs/gotchas.md warns about: no pad token (so pad = eos) and bos == eos,
-    read from the tokenizer files alone (nothing loaded)."""
-    tokens: dict[str, Any] = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
-            continue
-        for key in ("pad_token", "bos_token", "eos_token"):
-            value = data.get(key) if isinstance(data, dict) else None
-            value = value.get("content") if isinstance(value, dict) else value
-            if value is not None:
-                tokens.setdefault(key, value)
-    return "pad_token" not in tokens and tokens.get("bos_token") is not None and tokens.get("bos_token") == tokens.get("eos_token")
-
-
-def has_chat_template(folder: Path) -> bool:
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
-        return True
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(isinstance(config, dict) and config.get("chat_template"))
 
 
 def check_device(device: str) -> None:

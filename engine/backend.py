@@ -177,6 +177,15 @@ class OutOfMemory(RuntimeError):
     """A batch did not fit on the device; the executor halves the batch and retries."""
 
 
+class ServingError(RuntimeError):
+    """A backend could not serve a batch, and its message is the whole story (which server or
+    model, what it answered): the nodes that asked fail with this one line, no traceback, and
+    the rest of the run goes on. Raise a subclass for a failure of the model's side, never for
+    a bug of the backend's own (those keep their traceback)."""
+
+    one_line = True  # read by run.py: the node's record is ``str(error)``
+
+
 class ModelResource:
     """The cheap half, made from a model spec. Subclass it.
 
@@ -214,10 +223,20 @@ class ModelResource:
         """Raise when the weights changed since ``fingerprint()`` (hf: a stat per file); the
         executor calls it before storing each batch. Nothing to check by default."""
 
+    def weights_fingerprint(self) -> str | None:
+        """A digest of the weights alone (not the tokenizer, dtype or backend), when this backend
+        reads them from files: two backends over copies of one checkpoint give the same digest.
+        None (the default: a server, an adapter over a base) where the weights cannot be seen;
+        a ``--fallback`` is then proven the same model by a probe (``sameweights.py``)."""
+        return None
+
 
 @dataclass(eq=False)
 class Routed(ModelResource):
     """``--fallback``: ``primary`` serves what it can; ``fallback`` (the same weights) the rest.
+
+    "The same weights" is checked before the fallback serves anything (``sameweights.py``):
+    weight digests where both read files, else a probe on the run's own rows.
 
     Its fingerprint is the primary's (same weights: the metric values do not depend on
     which served them), its capabilities the union; each request goes to the first that

@@ -78,6 +78,12 @@ class Benchmark:
         run folders (``render.report_html.RunFolder``); default: none."""
         return []
 
+    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+        """Metric ``name`` of a published ``<GROUP>_EVAL.json`` (``evals``, the whole file) as an
+        ``uncertainty.Sample`` of its items, for ``evaldag compare``'s paired test; None: it has
+        no item-based form (default)."""
+        return None
+
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:
         """(option, path) for each file or folder the run reads, so that ``--out`` can never
         be, hold or lie inside one (retain logs cannot be rebuilt). Default: every config

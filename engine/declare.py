@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 from importlib.metadata import entry_points
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Union
@@ -162,6 +163,18 @@ class ProviderDef:
     kind: str = "derived"
 
 
+def origin(fn: Callable[..., Any]) -> str:
+    """Where a function was declared, as its author knows it: ``FILE:qualname`` for a module
+    imported by its path (a metric file given to ``--add-metric``), else ``module.qualname``."""
+    name = getattr(fn, "__module__", None) or "?"
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    qualname = getattr(fn, "__qualname__", type(fn).__name__)
+    if file and not getattr(module, "__package__", None):  # imported by path, not as part of a package
+        return f"{file}:{qualname}"
+    return f"{name}.{qualname}"
+
+
 class Registry:
     """Name -> declared metric or provider. Third parties register through entry points."""
 
@@ -173,7 +186,7 @@ class Registry:
     def add(self, m: MetricDef) -> MetricDef:
         old = self.metrics.get(m.name)
         if old is not None and old.fn is not m.fn and (old.fn.__module__, old.fn.__qualname__) != (m.fn.__module__, m.fn.__qualname__):
-            raise DeclarationError(f"metric {m.name!r} is already declared by {old.fn.__module__}.{old.fn.__qualname__}")
+            raise DeclarationError(f"metric {m.name!r} is already declared by {origin(old.fn)}")
         self.metrics[m.name] = m
         return m
 

@@ -2,7 +2,12 @@
 
 collect -> group by (model, kind) -> drop duplicates -> serve from the request cache ->
 load the model on the first miss -> sort longest first and pack under a token budget ->
-run -> store each batch at once -> scatter to every asker, in order.
+run -> check every answer -> store each batch at once -> scatter to every asker, in order.
+
+Every answer a backend hands back, and every answer read from the request store, passes
+``answers.Backend.admit`` / ``stored_ok`` here, the one place for every backend: an
+impossible one (a NaN or positive log-prob, a length other than asked, no answer) stops the
+run with one line before anything of its batch is stored, and a stored one is asked again.
 
 Why this order: the cache is read *before* any model is touched, so a warm rerun never
 loads weights; duplicates are dropped before batching, so a sequence is forwarded once
@@ -22,14 +27,18 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from .adapters.integrity import ModelChangedError
+from .answers import Backend
 from .backend import ModelAdapter, ModelResource, OutOfMemory, before_load
+from . import streaming
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
+from .cache.codec import CorruptEntryWarning
 from .progress import bar as progress_bar
 from .requests import Request, kind_of
 
@@ -108,6 +117,7 @@ class Executor:
         self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
         self._written: dict[str, list[str]] = defaultdict(list)  # store key -> request keys this run wrote
         self._backends: dict[str, dict] = {}  # model fingerprint -> its backend identity (kept with each result)
+        self._answers: dict[str, Backend] = {}  # model fingerprint -> how its answers are judged
         self.progress = progress  # None: a bar only on a terminal; True: also on a pipe (engine/progress.py)
         self.batch_tokens = batch_tokens
         self.device = device
@@ -135,6 +145,7 @@ class Executor:
                 models[fp] = model
                 self._store_keys.setdefault(fp, self.store_key(model, fp))  # before any load
                 self._backends.setdefault(fp, model.identity().describe())
+                self._answers.setdefault(fp, Backend.of(model))
             key = req.key()
             reqs[key] = req
             groups[(fp, req.kind)][key].append(i)
@@ -145,7 +156,7 @@ class Executor:
             t0 = time.perf_counter()
             st.requests += sum(len(v) for v in by_key.values())
             st.unique += len(by_key)
-            found = self._lookup(fp, kind, list(by_key))
+            found = self._stored(fp, kind, self._lookup(fp, kind, list(by_key)), reqs)
             st.cached += len(found)
             missing = [(k, reqs[k]) for k in by_key if k not in found]
             if missing:
@@ -173,6 +184,16 @@ class Executor:
         if fp in self._store_keys:
             return self._store_keys[fp]
         return f"{fp}@{model.identity().device}" + ("+det" if self.deterministic else "")
+
+    def _stored(self, fp: str, kind: str, found: dict[str, Any], reqs: dict[str, Request]) -> dict[str, Any]:
+        """The stored answers that may be served: an impossible one (stored before answers were
+        checked) is left out, so it is asked again and the new answer replaces it."""
+        backend = self._answers[fp]
+        ok = {k: r for k, r in ((k, backend.stored_ok(kind, reqs[k], r)) for k, r in found.items()) if r is not None}
+        if len(ok) < len(found):
+            warnings.warn(f"{len(found) - len(ok)} stored {kind} answers of {backend.label()} are impossible (stored "
+                          "before answers were checked); they are asked again", CorruptEntryWarning, stacklevel=2)
+        return ok
 
     # -- hooks a data-parallel executor (evaldag.engine.distributed) overrides
     def _lookup(self, fp: str, kind: str, keys: list[str]) -> dict[str, Any]:
@@ -230,7 +251,9 @@ class Executor:
         try:
             while queue:
                 batch = queue.popleft()
-                got = self._run(adapter, kind, batch)
+                early: dict[int, Any] = {}  # rows stored as they finished, before the batch returned
+                with streaming.sink(lambda i, r: self._store_early(adapter, model, fp, kind, batch, i, r, early, bar)):
+                    got = self._run(adapter, kind, batch)
                 if got is None:  # out of memory: halve it, and re-pack the rest under the smaller budget
                     if len(batch) == 1:
                         raise RuntimeError(
@@ -244,15 +267,17 @@ class Executor:
                     rest = [x for b in queue for x in b]
                     queue = deque([*halve(batch), *pack(rest, length, self._group(adapter, kind, new))])
                     continue
+                got = self._answers[fp].admit(kind, [r for _, r in batch], got)  # before anything is stored
                 self._record(adapter, kind, batch, got, st)
                 self.stats.by_model[fp][kind] += len(batch)
                 self._unchanged(model)  # what is stored under fp comes from the bytes fp names
-                if self.cache is not None:
-                    self.cache.put_many(self._store_keys[fp], [(k, kind, r) for (k, _), r in zip(batch, got)],
+                rest = [j for j in range(len(batch)) if j not in early]
+                if self.cache is not None and rest:
+                    self.cache.put_many(self._store_keys[fp], [(batch[j][0], kind, got[j]) for j in rest],
                                         meta=self._batch_meta(adapter, fp, kind, batch))
-                    self._written[self._store_keys[fp]].extend(k for k, _ in batch)
+                    self._written[self._store_keys[fp]].extend(batch[j][0] for j in rest)
                 results.update((k, r) for (k, _), r in zip(batch, got))
-                bar.update(sum(length(x) for x in batch))
+                bar.update(sum(length(batch[j]) for j in rest))
         finally:
             bar.close()
         account = adapter.served(kind)
@@ -260,6 +285,19 @@ class Executor:
             self.stats.served[fp][kind] = account
         self._unchanged(model)  # after the last batch: nothing handed on was computed from other bytes
         return results
+
+    def _store_early(self, adapter: ModelAdapter, model: Any, fp: str, kind: str, batch: list, i: int, result: Any,
+                     early: dict[int, Any], bar: Any) -> None:
+        """Row ``i`` finished before its batch returned (streaming.finished): checked and stored now,
+        so a stop loses only the rows in flight; the bar moves by it."""
+        key, req = batch[i]
+        result = self._answers[fp].admit(kind, [req], [result])[0]
+        if self.cache is not None:
+            self._unchanged(model)
+            self.cache.put_many(self._store_keys[fp], [(key, kind, result)], meta=self._batch_meta(adapter, fp, kind, batch))
+            self._written[self._store_keys[fp]].append(key)
+        early[i] = result
+        bar.update(_length(batch[i]))
 
     def _run(self, adapter: ModelAdapter, kind: str, batch: list[tuple[str, Request]]) -> list | None:
         """The batch's results, or None when it ran out of memory."""

@@ -140,10 +140,38 @@ def code_identity(fn: Any) -> str:
     built with ``exec``), the bytecode: ``co_code``, constants and names, nested code
     included; that hash also changes with the Python version. ``name:<module.qualname>``
     for a callable with neither (e.g. a ``functools.partial``): only ``version`` then
-    protects its cached values. Helpers the function calls are not hashed: bump
-    ``version`` when one of them changes what the metric returns.
+    protects its cached values. A function of a module registered with
+    :func:`identify_by_file` (a metric file imported by its path) is identified by that
+    whole file as well (``+file:<sha>``), so its helpers and constants count; elsewhere the
+    helpers a function calls are not hashed: bump ``version`` when one of them changes
+    what the metric returns.
     """
     target = type(fn.__self__) if inspect.ismethod(fn) else fn
+    own = _own_identity(target)
+    whole = _FILE_CODE.get(getattr(target, "__module__", None) or "")
+    return f"{own}+{whole}" if whole else own
+
+
+#: module name -> ``file:<sha>`` of the whole file it was imported from (identify_by_file)
+_FILE_CODE: dict[str, str] = {}
+
+
+def identify_by_file(module: str, source: str) -> None:
+    """Make the code of the whole file ``source`` part of the identity of every function of
+    ``module``: for a file imported by its path (``--add-metric ./my.py``) whose metric calls
+    helpers, constants and classes of that file. Comments, docstrings and formatting aside."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        _FILE_CODE[module] = "file:" + _sha(source)
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            _drop_docstring(node)
+    _FILE_CODE[module] = "file:" + _sha(ast.unparse(tree))
+
+
+def _own_identity(target: Any) -> str:
     if getattr(target, "__name__", "") != "<lambda>":
         try:
             return "src:" + _sha(_normalised_source(target))
@@ -169,11 +197,15 @@ def _normalised_source(obj: Any) -> str:
         raise SyntaxError("source is not a def or class")
     for node in ast.walk(first):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
+            _drop_docstring(node)
     first.decorator_list = []  # @metric(...)'s arguments are hashed as their own components
     return ast.unparse(first)
+
+
+def _drop_docstring(node: Any) -> None:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        node.body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
 
 
 def _code_objects(obj: Any) -> list[types.CodeType]:

@@ -9,7 +9,9 @@ resource fingerprints), which is what the store is keyed by.
 
 Everything that can be wrong with a graph is found here, before any model loads: an
 unknown parent, a cycle (every node on it is named), a missing resource (and who
-needs it), two different configurations under one display name.
+needs it), two different configurations under one display name, one name given both to a
+group's metric and to a different ungrouped one (an added metric named like a benchmark's:
+a plain name would find either).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from .declare import REGISTRY, DeclarationError, MetricDef, Node, Registry, check_inputs
+from .declare import REGISTRY, DeclarationError, MetricDef, Node, Registry, check_inputs, origin
 from .fingerprint import canonical_params, components, digest, hash_value
 
 
@@ -62,6 +64,10 @@ def _describe(v: Vertex) -> str:
     return f"{v.metric.name}({v.node.params.model_dump()}" + (f", bind={renamed}" if renamed else "") + ")"
 
 
+def _origin(v: Vertex) -> str:
+    return f"metric {v.metric.name!r} of {origin(v.metric.fn)}"
+
+
 def _compose(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
     """The bind a parent sees: its own renames, looked up through its child's."""
     out = dict(inherited)
@@ -93,6 +99,7 @@ class Graph:
         self.vertices: dict[str, Vertex] = {}
         self.roots: list[str] = []
         self._names: dict[tuple[str | None, str], str] = {}
+        self._by_name: dict[str, dict[str | None, str]] = {}  # display name -> group -> vertex key
         self.groups: list[str | None] = []
         for node in nodes:
             if not isinstance(node, Node):
@@ -204,11 +211,46 @@ class Graph:
                 f"two different configurations under one display name {where!r}: "
                 f"{_describe(self.vertices[other])} vs {_describe(v)}"
             )
+        self._one_metric_per_name(v, group, name)
         self._names[(group, name)] = v.key
+        self._by_name.setdefault(name, {})[group] = v.key
         if (group, name) not in v.names:
             v.names.append((group, name))
         if group not in self.groups:
             self.groups.append(group)
+
+    def _one_metric_per_name(self, v: Vertex, group: str | None, name: str) -> None:
+        """An ungrouped name that a group's different metric also has is refused: the plain
+        name (``find``, RUN_EVAL.json, run.json) would reach one of them for both."""
+        for g, key in self._by_name.get(name, {}).items():
+            if key != v.key and (g is None) != (group is None):
+                mine, theirs = (v, group), (self.vertices[key], g)
+                grouped, plain = (mine, theirs) if group is not None else (theirs, mine)
+                raise GraphError(f"two metrics named {name!r} in one run: {grouped[1]}'s ({_origin(grouped[0])}) and an "
+                                 f"ungrouped one ({_origin(plain[0])}); the one name would show one value for both: "
+                                 "rename the ungrouped one")
+
+    def twin(self, key: str, tag: str, children: Iterable[str]) -> str:
+        """A copy of vertex ``key`` (same metric, params, parents; no display name) that ``children``
+        read instead of it; returns the copy's key (the same on every call with these arguments).
+
+        The planner uses it to serve one scorer's work twice: by the primary backend for the
+        metrics it can give, by a ``--fallback`` for the ones that need what only the fallback has.
+        """
+        v = self.vertices[key]
+        new = hash_value({"twin": key, "tag": tag})
+        if new not in self.vertices:
+            self.vertices[new] = Vertex(new, v.node, v.bind, dict(v.parent_keys))
+            self.nx.add_node(new, vertex=self.vertices[new])
+            for pk in set(v.parent_keys.values()):
+                self.nx.add_edge(pk, new, keys=list(self.nx.edges[pk, key]["keys"]))
+        for c in children:
+            keys = self.nx.edges[key, c]["keys"]
+            self.nx.remove_edge(key, c)
+            self.nx.add_edge(new, c, keys=keys)
+            cv = self.vertices[c]
+            cv.parent_keys = {k: new if pk == key else pk for k, pk in cv.parent_keys.items()}
+        return new
 
     # ------------------------------------------------------------------ queries
     def order(self) -> list[Vertex]:

@@ -11,7 +11,9 @@ metrics that read their ancestors' token statistics declare the fields they use
 A scorer vertex's needs are its own declaration plus every descendant's ``uses`` of a
 kind it emits. A :class:`~evaldag.engine.backend.Routed` resource (``--fallback``) serves a
 vertex with its primary when the primary can, else with its fallback: all of one vertex's
-requests go to one backend. What no backend can serve is one :class:`PlanError` naming the
+requests go to one backend. A scorer whose readers differ (one metric needs a field only the
+fallback has, the others do not) is served twice: the fallback's copy feeds only the readers
+that need it (``_split``), so the primary's numbers stay the primary's. What no backend can serve is one :class:`PlanError` naming the
 metrics, what is missing, what the backend gives and the way out.
 """
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import networkx as nx
 
 from .backend import ModelResource, Routed, declared_needs
 from .graph import Graph, GraphError, Vertex
@@ -52,7 +56,7 @@ class Plan:
         return self.serving.get((v.key, run_name), model)
 
 
-def _models(resources: Any) -> dict[str, ModelResource]:
+def model_resources(resources: Any) -> dict[str, ModelResource]:
     """The run's model resources that follow the contract, read without loading anything."""
     out = {}
     for name, res in resources.supplied.items():
@@ -87,6 +91,37 @@ def _needs(graph: Graph) -> dict[str, dict[str, dict[str, dict[str, set[str]]]]]
     return out
 
 
+def _uses_below(graph: Graph, key: str, kinds: Any) -> dict[str, set[str]]:
+    """The fields of ``kinds`` that vertex ``key`` and everything below it declare they use."""
+    out: dict[str, set[str]] = {}
+    for k in {key} | nx.descendants(graph.nx, key):
+        uses = graph.vertices[k].metric.uses
+        for kind, fields in (declared_needs({"": uses})[""] if uses else {}).items():
+            if kind in kinds:
+                out.setdefault(kind, set()).update(fields)
+    return out
+
+
+def _split(graph: Graph, v: Vertex, local: str, run_name: str, model: Routed) -> str | None:
+    """Serve scorer ``v`` twice when its primary can give some of its readers what they use and
+    not others: the readers that need a fallback-only field (Min-K%++'s full-vocabulary
+    statistics) move to a twin vertex the fallback serves, the rest stay with the primary. So one
+    metric that needs the fallback does not move the numbers the primary can compute. Returns
+    the twin's key, or None when every reader needs the fallback (nothing to keep)."""
+    own = declared_needs(v.metric.requests).get(local, {})
+    caps = model.primary.capabilities()
+    if not own or any(caps.missing(kind, fields) is not None for kind, fields in own.items()):
+        return None
+    move = []
+    for c in graph.nx.successors(v.key):
+        below = _uses_below(graph, c, own)
+        if any(caps.missing(kind, set(fields) | below.get(kind, set())) is not None for kind, fields in own.items()):
+            move.append(c)
+    if not move or (len(move) == graph.nx.out_degree(v.key) and not v.names):
+        return None
+    return graph.twin(v.key, f"fallback:{run_name}", move)
+
+
 def _way_out(run_name: str, routed: bool) -> str:
     if routed:
         return "drop it, or give a fallback that serves it"
@@ -96,7 +131,7 @@ def _way_out(run_name: str, routed: bool) -> str:
 
 def plan(graph: Graph, resources: Any) -> Plan:
     """Check every scorer vertex against its backends; return who serves what, or raise PlanError."""
-    models = _models(resources)
+    models = model_resources(resources)
     out, problems = Plan(), []
     for key, by_res in _needs(graph).items():
         v = graph.vertices[key]
@@ -109,6 +144,14 @@ def plan(graph: Graph, resources: Any) -> Plan:
             chosen = next((c for c in candidates if all(
                 c.capabilities().missing(kind, set().union(*by_metric.values())) is None
                 for kind, by_metric in kinds.items())), None)
+            if isinstance(model, Routed) and chosen is model.fallback and len(by_res) == 1:
+                twin = _split(graph, v, local, run_name, model)
+                if twin is not None:  # the primary keeps what it can give; the twin is the fallback's
+                    out.serving[(key, run_name)], out.serving[(twin, run_name)] = model.primary, model.fallback
+                    out.labels.setdefault(key, {})[run_name] = model.primary.label()
+                    out.labels.setdefault(twin, {})[run_name] = model.fallback.label()
+                    out.by_fallback.add((twin, run_name))
+                    continue
             if chosen is not None:
                 out.serving[(key, run_name)] = chosen
                 if isinstance(model, Routed) and chosen is model.fallback:

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 import threading
 import time
 from typing import Any, Callable, TextIO
+
+import networkx as nx
 
 PIPE_INTERVAL = 5.0  # seconds between the plain lines a forced bar prints on a pipe
 
@@ -108,7 +111,10 @@ class NoBar:
 
 
 class LineBar:
-    """A forced bar on a pipe: one plain line per :data:`PIPE_INTERVAL` seconds and one when done."""
+    """A forced bar on a pipe: one plain line per :data:`PIPE_INTERVAL` seconds and one when done.
+
+    The line comes every interval even when nothing finished meanwhile (a heartbeat thread), so
+    a log shows a long step is still running instead of going silent for minutes."""
 
     def __init__(self, total: float, desc: str, unit: str, stream: TextIO, initial: float = 0.0,
                  interval: float | None = None):
@@ -118,6 +124,18 @@ class LineBar:
         self.interval = PIPE_INTERVAL if interval is None else interval
         self.last: float | None = None  # when the last line was printed
         self.printed: float | None = None  # the count it showed
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.beat = threading.Thread(target=self._heartbeat, daemon=True)
+        self.beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self.stopped.wait(self.interval / 2):
+            with self.lock:
+                if self.stopped.is_set():
+                    return
+                if time.monotonic() - (self.last if self.last is not None else self.t0) >= self.interval:
+                    self._line()
 
     def _line(self) -> None:
         pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
@@ -128,11 +146,69 @@ class LineBar:
         self.last, self.printed = time.monotonic(), self.n
 
     def update(self, n: float = 1) -> None:
-        self.n += n
-        if self.last is None or time.monotonic() - self.last >= self.interval:
-            self._line()
+        with self.lock:
+            self.n += n
+            if self.last is None or time.monotonic() - self.last >= self.interval:
+                self._line()
 
     def close(self) -> None:
         """The final line, unless it was just printed."""
-        if self.printed != self.n:
-            self._line()
+        with self.lock:
+            self.stopped.set()
+            if self.printed != self.n:
+                self._line()
+
+
+class StageLines:
+    """``evaldag: stage k of n: ...`` before each stage of a run, when progress is shown: how
+    many nodes, which scorers (the model work) and how many aggregators, so a long run says
+    where it is between its bars. ``n`` is the depth of what is left to compute."""
+
+    def __init__(self, pending: list, graph: Any, progress: bool | None):
+        self.on = bool(pending) and wanted(progress, sys.stderr)
+        self.k = 0
+        self.n = 0
+        if self.on:
+            self.n = sum(1 for _ in nx.topological_generations(graph.subgraph(v.key for v in pending)))
+
+    def say(self, ready: list) -> None:
+        if not self.on:
+            return
+        self.k += 1
+        scorers = Counter(v.metric.name for v in ready if v.metric.scorer)
+        what = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in sorted(scorers.items()))
+        aggs = sum(1 for v in ready if not v.metric.scorer)
+        parts = [f"{sum(scorers.values())} scorers ({what})" if scorers else "", f"{aggs} aggregators" if aggs else ""]
+        print(f"evaldag: stage {self.k} of {max(self.n, self.k)}: {len(ready)} nodes: "
+              + "; ".join(x for x in parts if x), file=sys.stderr, flush=True)
+
+
+_hushed_everywhere = [False]  # --quiet: every thread (a client's calls run in a pool)
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """One line on stderr about a long stage while it happens (a server retried, throttled):
+    through tqdm when a bar is drawn, so the bar is redrawn below it; nothing inside :func:`hushed`."""
+    if _hushed_everywhere[0]:
+        return
+    stream = stream or sys.stderr
+    tqdm = sys.modules.get("tqdm.auto")
+    live = tqdm is not None and getattr(tqdm.tqdm, "_instances", None)
+    if live:
+        tqdm.tqdm.write(line, file=stream)
+    else:
+        print(line, file=stream, flush=True)
+
+
+class hushed:
+    """``with hushed(args.quiet):`` no :func:`say` lines (``--quiet`` prints errors only)."""
+
+    def __init__(self, on: bool = True):
+        self.on, self.before = bool(on), False
+
+    def __enter__(self) -> "hushed":
+        self.before, _hushed_everywhere[0] = _hushed_everywhere[0], self.on or _hushed_everywhere[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _hushed_everywhere[0] = self.before

@@ -174,26 +174,33 @@ class HiddenStates(Request):
 
 @dataclass
 class TokenStatsResult:
-    """Arrays of length ``len(continuation_ids)``: logprob, argmax, mu, var (float32/int32)."""
+    """Arrays of length ``len(continuation_ids)``: logprob, argmax, mu, var (float32/int32).
+
+    ``mu``/``var`` are ``None`` where the backend cannot give the full-vocabulary statistics
+    (a server, vLLM): "not available" is its own state, never a NaN that would read as
+    non-finite logits."""
 
     logprob: np.ndarray
     argmax: np.ndarray
-    mu: np.ndarray
-    var: np.ndarray
+    mu: np.ndarray | None
+    var: np.ndarray | None
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"logprob": self.logprob, "argmax": self.argmax, "mu": self.mu, "var": self.var}
+        out = {"logprob": self.logprob, "argmax": self.argmax}
+        out.update((k, v) for k, v in (("mu", self.mu), ("var", self.var)) if v is not None)
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "TokenStatsResult":
-        return cls(arrays["logprob"], arrays["argmax"], arrays["mu"], arrays["var"])
+        return cls(arrays["logprob"], arrays["argmax"], arrays.get("mu"), arrays.get("var"))
 
 
 def pack_token_stats(results: "list[TokenStatsResult]") -> dict[str, np.ndarray]:
     """Many results as flat arrays plus ``offsets`` (CSR): one tensor per field in the store.
 
     A scorer over thousands of items should return this rather than a list of small
-    arrays: the store then reads 5 tensors instead of thousands.
+    arrays: the store then reads 5 tensors instead of thousands. ``mu``/``var`` are left
+    out when any result lacks them (not available from its backend).
     """
     lengths = [len(r.logprob) for r in results]
     offsets = np.zeros(len(results) + 1, dtype=np.int64)
@@ -203,14 +210,18 @@ def pack_token_stats(results: "list[TokenStatsResult]") -> dict[str, np.ndarray]
         parts = [getattr(r, name) for r in results]
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
-    return {"logprob": cat("logprob", np.float32), "argmax": cat("argmax", np.int32), "mu": cat("mu", np.float32), "var": cat("var", np.float32), "offsets": offsets}
+    out = {"logprob": cat("logprob", np.float32), "argmax": cat("argmax", np.int32), "offsets": offsets}
+    for name in ("mu", "var"):
+        if all(getattr(r, name) is not None for r in results):
+            out[name] = cat(name, np.float32)
+    return out
 
 
 def unpack_token_stats(packed: dict[str, np.ndarray]) -> "list[TokenStatsResult]":
     """Inverse of :func:`pack_token_stats` (views into the flat arrays, no copies)."""
     o = packed["offsets"]
     return [
-        TokenStatsResult(*(packed[f][o[i] : o[i + 1]] for f in ("logprob", "argmax", "mu", "var")))
+        TokenStatsResult(*(packed[f][o[i] : o[i + 1]] if f in packed else None for f in ("logprob", "argmax", "mu", "var")))
         for i in range(len(o) - 1)
     ]
 
@@ -242,7 +253,8 @@ def nonfinite_output(result: Any) -> bool:
 
     Token statistics and hidden states of a finite model are finite, so a NaN or an
     infinity in them is the model's; a generation says so itself. Gradient norms are left
-    out: an empty target gives NaN there without any fault in the model.
+    out: an empty target gives NaN there without any fault in the model. Statistics a backend
+    cannot give are ``None`` (not available), never NaN, so they raise no flag.
     """
     if isinstance(result, GenerateResult):
         return result.nonfinite

@@ -196,3 +196,16 @@ class ResourceSet:
 
     def model_fingerprints(self) -> dict[str, str]:
         return {k: r.fingerprint() for k, r in self.supplied.items() if r.kind == "model"}
+
+    def described(self, resources: Mapping[str, str]) -> dict[str, dict]:
+        """What each supplied resource a node reads is (path, source, rows), by its name in the run:
+        kept in the node's cache entry, so ``cache explain`` says which model and data it is for."""
+        out = {}
+        for name in resources.values():
+            r = self.supplied.get(name)
+            try:
+                d = {"kind": r.kind, **r.describe()} if r is not None and hasattr(r, "describe") else None
+                out[name] = json.loads(json.dumps(d, default=str))  # plain JSON, as the entry's header holds it
+            except Exception:  # noqa: BLE001 - a description is provenance: never fail a node for it
+                out[name] = None
+        return {k: v for k, v in out.items() if v}

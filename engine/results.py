@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
+
 from .cache import Cache, codec
 from .graph import Graph, Vertex
 from .redact import redact
@@ -167,6 +169,7 @@ class RunResult:
     executor: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     provenance: dict = field(default_factory=dict)
+    routed: list[str] = field(default_factory=list)  # run resources with a --fallback: their numbers name a backend
     out: Path | None = None  # the folder its files were last written to (export names the run by it)
     lock_wait_seconds: float = 0.0  # of wall_seconds, the time spent waiting for other processes' nodes
 
@@ -213,6 +216,27 @@ class RunResult:
                     out[n] = self.value(f"{g}/{n}" if g else n)
         return out
 
+    def served_by(self, group: str | None = ALL_GROUPS) -> dict[str, dict[str, str]]:
+        """Display name -> {routed run resource: the backend(s) its value rests on}, read from the
+        records of the node and its ancestor scorers; empty when no resource has a ``--fallback``
+        (every number is then its model's one backend's, and the files keep their plain shape)."""
+        if not self.routed:
+            return {}
+        out = {}
+        for v in self.graph.order():
+            for g, n in v.names:
+                if group != ALL_GROUPS and g != group:
+                    continue
+                by: dict[str, set[str]] = {}
+                for k in {v.key} | nx.ancestors(self.graph.nx, v.key):
+                    rec = self.records.get(k)
+                    for res, label in (rec.backend if rec else {}).items():
+                        if res in self.routed:
+                            by.setdefault(res, set()).add(str(label))
+                if by:
+                    out[n] = {res: " + ".join(sorted(labels)) for res, labels in sorted(by.items())}
+        return out
+
     def summary(self, group: str | None = ALL_GROUPS) -> dict[str, Any]:
         """Top-level requested metric -> agg_value; metrics without a value are left out.
 
@@ -228,9 +252,13 @@ class RunResult:
                 rec = self.records.get(key)
                 val = self.value(f"{g}/{n}" if g and v.names else v.label) if rec and rec.status in ("computed", "cached") else None
                 agg = val.agg_value if isinstance(val, Result) else val
-                if agg is not None:
+                if agg is not None and (isinstance(val, Result) or _plain_number(val)):  # not a scorer's raw arrays
                     out[n] = agg
         return out
+
+
+def _plain_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) or (type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0)
 
 
 def _version(dist: str) -> str | None:

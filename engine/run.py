@@ -6,8 +6,8 @@ and benchmarks), and each scorer gets its results back, for as many rounds as it
 allows. Every finished node is written to the store at once, under a per-node file
 lock, so a killed run resumes and two processes never compute one node twice.
 
-A node that raises is recorded with a short traceback; its descendants are skipped
-with that reason; everything else still runs and is stored.
+A node that raises is recorded with a short traceback (its one line alone for an ``InputError`` or a
+``one_line`` error: a backend's ServingError); its descendants are skipped; everything else still runs.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from .executor import Executor
 from .declare import InputError
 from .graph import Graph, Vertex
 from .planner import Plan, plan
-from .progress import bar as progress_bar
+from .sameweights import prove
+from .progress import StageLines, bar as progress_bar
 from .reasons import history_slots, recompute_reason, remember
-from .requests import Request, nonfinite_output
 from .resources import ResourceSet
-from .results import NodeRecord, RunResult, flagged, nonfinite_flag
+from .results import NodeRecord, RunResult, flagged
+from .scorers import run_scorers
 from .results import provenance as provenance_of
 
 # Heavy import: joblib (only with -j), inside the function that needs it.
@@ -89,6 +90,7 @@ def run(
         executor = executor or Executor(cache=cache.requests, **settings)
         runner = _Runner(graph, rs, cache, executor, n_jobs, force)
         runner.lock_timeout, runner.plan = lock_timeout, served
+        proofs = prove(graph, served, rs, executor.serve, runner.inputs)  # FallbackMismatch before any node
         try:
             runner.go()
         finally:
@@ -98,16 +100,10 @@ def run(
             if key in runner.records:
                 runner.records[key].backend = backends
         execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
-        prov = provenance_of(rs, graph, {"execution": execution, **(provenance or {})})
-    return RunResult(
-        graph=graph,
-        cache=cache,
-        records=runner.records,
-        loaded=runner.values,
-        executor=executor.stats.summary(),
-        wall_seconds=time.perf_counter() - t0,
-        provenance=prov, lock_wait_seconds=runner.lock_wait_seconds,
-    )
+        prov = provenance_of(rs, graph, {"execution": execution, **({"fallback_proof": proofs} if proofs else {}), **(provenance or {})})
+    return RunResult(graph=graph, cache=cache, records=runner.records, loaded=runner.values,
+                     executor=executor.stats.summary(), wall_seconds=time.perf_counter() - t0, provenance=prov,
+                     lock_wait_seconds=runner.lock_wait_seconds, routed=sorted(proofs))
 
 
 def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:
@@ -131,6 +127,7 @@ class _Runner:
         self.n_jobs, self.force = n_jobs, force
         self.lock_timeout: float | None = None  # --lock-timeout: how long to wait for another process's node
         self.lock_wait_seconds = 0.0  # of the run's time, waiting for other processes' nodes
+        self.held: dict[str, Any] = {}  # vertex key -> its node lock, released the moment the node is done
         self.records: dict[str, NodeRecord] = {}
         self.values: dict[str, Any] = {}
         self.slots = history_slots(graph)
@@ -151,6 +148,7 @@ class _Runner:
         left = {v.key: len(set(v.parent_keys.values()) - self.records.keys()) for v in pending}
         frontier = [v for v in pending if left[v.key] == 0]
         queued = {v.key for v in frontier}
+        stages = StageLines(pending, self.g.nx, getattr(self.ex, "progress", False))
         while frontier:
             ready, i = [], 0
             while i < len(frontier):  # grows: the children of a node skipped here are skipped in this pass
@@ -164,6 +162,7 @@ class _Runner:
                 else:
                     ready.append(v)
             if ready:
+                stages.say(ready)
                 self._stage(ready)
             frontier = sorted((c for v in ready for c in self._release(v, left, queued)), key=lambda c: pos[c.key])
         stuck = [v.label for v in pending if v.key not in self.records]
@@ -186,18 +185,17 @@ class _Runner:
     def _stage(self, ready: list[Vertex]) -> None:
         """Run ready nodes whose locks we get; then wait for the ones another process holds."""
         mine, theirs = [], []
-        locks = {}
         for v in ready:
-            lk = self.store.try_lock(v.fingerprint)
+            lk = self.store.try_lock(v.fingerprint, doing=self._doing(v))
             (mine if lk else theirs).append(v)
             if lk:
-                locks[v.key] = lk
+                self.held[v.key] = lk
         try:
             mine = self._drop_done(mine)
             self._compute(mine)
-        finally:
-            for lk in locks.values():
-                lk.release()
+        finally:  # the locks finish() and fail() have not released yet (cached nodes, twins)
+            while self.held:
+                self.held.popitem()[1].release()
         for v in theirs:  # another process computes it: wait, saying for whom after a few seconds
             t0 = time.perf_counter()
             with self.store.wait_lock(v.fingerprint, v.label, self.lock_timeout):
@@ -224,7 +222,7 @@ class _Runner:
         for v in vs:
             by_fp[v.fingerprint].append(v)  # identical work under two vertices runs once
         firsts = [group[0] for group in by_fp.values()]
-        self._run_scorers([v for v in firsts if v.metric.scorer])
+        run_scorers(self, [v for v in firsts if v.metric.scorer])
         self._run_aggregators([v for v in firsts if not v.metric.scorer])
         for group in by_fp.values():
             head = self.records[group[0].key]
@@ -259,27 +257,38 @@ class _Runner:
             self.flags[key] = meta["nonfinite"]
 
     def finish(self, v: Vertex, value: Any, seconds: float) -> None:
-        reason = self.reason(v)
         meta = {"node": v.label, "metric": v.metric.name, "components": v.components, "seconds": seconds,
-                "reason": reason}  # a later warm run's record says when, how long and why it was computed
+                "reason": (reason := self.reason(v))}  # a later warm run's record says when, how long and why
         # downstream of a model with non-finite logits: the value says so, and so does every child's
         flag = self.flags.get(v.key) or next((self.flags[pk] for pk in v.parent_keys.values() if pk in self.flags), None)
         if flag:
             self.flags[v.key], meta["nonfinite"] = flag, flag
             value = flagged(value, flag)
-        if v.key in self.plan.labels:  # `cache explain` names the backend that served it
+        meta["reads"] = self.rs.described(v.resources)  # `cache explain` names the model and data, and
+        if v.key in self.plan.labels:  # the backend that served it
             meta["backend"] = self.plan.labels[v.key]
         self.store.put(v.fingerprint, value, meta)
+        self._unlock(v)  # stored: a process waiting for this node goes on now, not at the stage's end
         remember(self.history, self.slots[v.key], v.components)
         self.values[v.key] = value
         self.records[v.key] = NodeRecord.computed(v, seconds, reason)
 
+    def _unlock(self, v: Vertex) -> None:
+        if v.key in self.held:
+            self.held.pop(v.key).release()
+
+    def _doing(self, v: Vertex) -> str:
+        """What a waiter is told this process computes: the node and the model it reads."""
+        models = [d.get("path") or d.get("spec") for d in self.rs.described(v.resources).values() if d.get("kind") == "model"]
+        return v.label + (f" on {', '.join(map(str, models))}" if models else "")
+
     def fail(self, v: Vertex, err: BaseException | str, seconds: float) -> None:
+        self._unlock(v)
         if isinstance(err, ModelChangedError):  # nothing computed from the changed model stays stored
             self.forget_model(getattr(err, "model_fp", None))
         if isinstance(err, (CacheWriteError, ModelRefused)):  # not the node's fault: stop the run, one clear line
             raise err
-        tb = err if isinstance(err, str) else str(err) if isinstance(err, InputError) else \
+        tb = err if isinstance(err, str) else str(err) if isinstance(err, InputError) or getattr(err, "one_line", False) else \
             "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-4))
         self.records[v.key] = NodeRecord.failed(v, seconds, tb, self.reason(v))
 
@@ -325,69 +334,6 @@ class _Runner:
                 bar.update(1)
         finally:
             bar.close()
-
-    # ------------------------------------------------------------------ scorers
-    def _run_scorers(self, vs: list[Vertex]) -> None:
-        active: dict[str, tuple[Vertex, Any, list, float]] = {}
-        started: dict[str, float] = {}
-        for v in vs:
-            started[v.key] = time.perf_counter()
-            try:
-                gen = v.metric.fn(**self.inputs(v))
-                self._advance(v, gen, None, active, started)
-            except Exception as e:
-                self.fail(v, e, time.perf_counter() - started[v.key])
-        while active:
-            by_model: dict[str, list[tuple[str, int, Any, Request]]] = defaultdict(list)
-            for key, (v, gen, reqs, _) in active.items():
-                for i, (res_name, req) in enumerate(reqs):
-                    run_name = v.bind.get(res_name, res_name)
-                    model = self.plan.resource(v, run_name, self.rs.get(run_name, v.label).value())
-                    by_model[model.fingerprint()].append((key, i, model, req))
-            answers: dict[str, list] = {key: [None] * len(active[key][2]) for key in active}
-            failed: dict[str, BaseException] = {}
-            for items in by_model.values():
-                try:
-                    results = self.ex.serve([(m, r) for _, _, m, r in items])
-                except Exception as e:
-                    for key, *_ in items:
-                        failed[key] = e
-                    continue
-                for (key, i, model, _), res in zip(items, results):
-                    answers[key][i] = res
-                    if key not in self.flags and nonfinite_output(res):
-                        self.flags[key] = nonfinite_flag(getattr(model, "name", None) or model.fingerprint()[:12])
-            for key in list(active):
-                v, gen, _, _ = active.pop(key)
-                if key in failed:
-                    self.fail(v, failed[key], time.perf_counter() - started[key])
-                    continue
-                try:
-                    self._advance(v, gen, answers[key], active, started)
-                except Exception as e:
-                    self.fail(v, e, time.perf_counter() - started[key])
-
-    def _advance(self, v: Vertex, gen: Any, answer: list | None, active: dict, started: dict) -> None:
-        try:
-            out = next(gen) if answer is None else gen.send(answer)
-        except StopIteration as stop:
-            self.finish(v, stop.value, time.perf_counter() - started[v.key])
-            return
-        reqs = [_route(x, v) for x in out]
-        active[v.key] = (v, gen, reqs, started[v.key])
-
-
-def _route(item: Any, v: Vertex) -> tuple[str, Request]:
-    """A yielded item is a Request (for ``model``) or ``(resource_name, Request)``."""
-    if isinstance(item, Request):
-        res = "model"
-    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Request):
-        res, item = item
-    else:
-        raise TypeError(f"scorer {v.label} yielded {type(item).__name__}; expected Request or (resource, Request)")
-    if res not in v.metric.needs:
-        raise TypeError(f"scorer {v.label} sent a request to {res!r}, which it does not declare in needs")
-    return res, item
 
 
 def _call(fn: Any, kwargs: dict) -> tuple[bool, Any, float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .outfolder import set_folder
+from .redact import redact_text
 
 SWEEP_FILE = "sweep.json"
 
@@ -132,8 +133,9 @@ def table_text(table: dict[str, dict[str, dict[str, Any]]], names: Sequence[str]
 def sweep_record(names: Sequence[str], models: Sequence[str], benchmarks: Sequence[str],
                  table: dict[str, dict[str, dict[str, Any]]]) -> dict:
     """What ``OUT/sweep.json`` holds: the checkpoints in order, and the table behind the
-    comparison (``null`` where a value is missing or not finite: plain JSON)."""
-    return {"checkpoints": [{"name": n, "model": m} for n, m in zip(names, models)],
+    comparison (``null`` where a value is missing or not finite: plain JSON); a server's URL
+    with its credentials masked."""
+    return {"checkpoints": [{"name": n, "model": redact_text(m)} for n, m in zip(names, models)],
             "benchmarks": list(benchmarks), "table": table}
 
 

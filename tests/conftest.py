@@ -38,12 +38,16 @@ def cache_dir(tmp_path, monkeypatch):
 # The real-server fixtures (vLLM, transformers serve, their model), defined once here so that
 # a session starts each server once for every test module that uses it.
 from tests.servers import serve_server, server_model, vllm_server  # noqa: E402,F401
+# The real-model tier's one loaded model (SmolLM2-135M-Instruct's GGUF), shared by its tests.
+from tests.realmodel import smollm  # noqa: E402,F401
 
 
 # Under `pytest -n N --dist loadfile` (the README's command) each worker starts the session
 # servers its modules need: the three modules that talk to the vLLM server go to one worker
 # together, so that server starts once per run (50-70 s of CPU here), not once per worker.
 _ONE_WORKER = {f"tests/engine/test_openai_{name}.py": "vllm-server" for name in ("cli", "fidelity", "vllm")}
+# and the real-model tier's modules share one worker, so its model is dequantized once per run
+_ONE_WORKER.update({f"tests/engine/{name}.py": "realmodel" for name in ("test_realmodel", "test_grad_norm_real_model")})
 
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
@@ -63,7 +67,7 @@ if importlib.util.find_spec("xdist") is not None:
 # two-minute module collected last leaves the other worker idle at the end. These modules,
 # measured the slowest (2026-11-24, `--durations`), are collected first, in this order; the
 # rest keep theirs. Only inside xdist workers (every worker sorts alike); a plain run is unchanged.
-_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_openai_cli.py",
+_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_realmodel.py", "test_openai_cli.py",
                   "test_openai_fidelity.py", "test_distributed.py", "test_first_hour.py", "test_demo_assets.py",
                   "test_integrations_fsdp.py", "test_editing_tracer.py", "test_sweep_parallel.py", "test_deep_graphs.py")
 

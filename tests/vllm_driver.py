@@ -85,7 +85,7 @@ def main() -> None:
     got["load_seconds"] = time.perf_counter() - t0
     stats = adapter.run_batch([TokenStats(tuple(c), tuple(x)) for c, x in spec_in["token_stats"]])
     got["token_stats"] = [{"logprob": s.logprob.tolist(), "argmax": s.argmax.tolist(),
-                           "mu_nan": bool(all(v != v for v in s.mu.tolist()))} for s in stats]
+                           "mu_absent": s.mu is None and s.var is None} for s in stats]
     gens = [Generate(tuple(p), GenerationSettings(**s)) for p, s in spec_in["generate"]]
     calls = adapter.generate_calls
     answers = Executor().serve([(m, g) for g in gens])  # all of one stage: ONE LLM.generate call
@@ -101,6 +101,9 @@ def main() -> None:
     got["tofu"]["run"] = run_json(work / "tofu")
     summary = sorted((work / "tofu").rglob("TOFU_SUMMARY.json"))
     got["tofu"]["summary"] = json.loads(summary[0].read_text()) if summary else {}
+    evals = sorted((work / "tofu").rglob("TOFU_EVAL.json"))
+    got["tofu"]["notes"] = sorted({str(v.get("reason")) for v in json.loads(evals[0].read_text()).values()
+                                   if isinstance(v, dict) and v.get("reason")}) if evals else ["no TOFU_EVAL.json"]
     got["routed"] = cli(["run", "tofu", "--model", f"vllm:{model}", "--fallback", f"hf:{model}", *ENGINE,
                          "--tofu-data", str(TOFU_TINY), "--max-new-tokens", "16",
                          "--metrics", "mia_min_k_plus_plus,forget_Q_A_ROUGE", "--out", str(work / "routed"), "--quiet"])

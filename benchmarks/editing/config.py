@@ -59,9 +59,10 @@ class EditingConfig(BaseModel):
     trace_edits: tuple[int, ...] | None = None
     trace_occurrence: Literal["first", "last"] = "last"
     trace_answer: Literal["argmax", "target_true"] = "argmax"
-    # --model's qualifiers (tokenizer, served_model, api_key_env, fallback; docs/servers.md);
-    # --base-model shares --model's tokenizer (an edit changes weights, never the tokenizer)
-    backend_options: dict[str, str] = {}
+    # --model's qualifiers (tokenizer, served_model, api_key_env, fallback, model_args: the
+    # --model-arg pairs; docs/servers.md); --base-model shares --model's tokenizer (an edit
+    # changes weights, never the tokenizer)
+    backend_options: dict[str, str | dict[str, str]] = {}
     corpus: str | None = None       # texts for ROME's key covariance (rome_denominator, rome_key_ood)
     cov_ridge: float = Field(0.0, ge=0)  # 0: lm-debugger's exact inverse; make_edit --method rome uses 0.01
     rome_layers: tuple[int, ...] | None = None  # None: the manipulated layers

@@ -19,6 +19,7 @@ from ...engine import HFModel, Node
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.cli.types import positive_int
 from ...engine.render.report_html import RunFolder, Section
+from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from .. import common
 from . import outputs, tasks
 from .config import LmevalConfig
@@ -48,7 +49,7 @@ class LmevalBenchmark(Benchmark):
         g.add_argument("--tasks", default=None, help="LMEVAL: lm-evaluation-harness task, group or tag names, comma-separated")
         g.add_argument("--include-path", default=None, help="LMEVAL: a folder of task YAML files (its --include_path)")
         g.add_argument("--num-fewshot", type=int, default=None, help="LMEVAL: few-shot examples (default: each task's own)")
-        g.add_argument("--bootstrap-iters", type=int, default=100000, help="LMEVAL: bootstrap iterations of the stderrs")
+        add_bootstrap_arguments(g, "LMEVAL: the stderrs' bootstrap iterations, default 100000", seed=False)
         g.add_argument("--add-bos-token", choices=["default", "true", "false"], default="default",
                        help="LMEVAL: HFLM's add_bos_token (default: the tokenizer's own behaviour)")
         g.add_argument("--prefix-token-id", type=positive_int, default=None,
@@ -61,7 +62,7 @@ class LmevalBenchmark(Benchmark):
         if args.num_fewshot is not None and args.num_fewshot < 0:
             raise ValueError(f"--num-fewshot must be >= 0, got {args.num_fewshot}")
         return LmevalConfig(**common.model_options(args), tasks=names, include_path=args.include_path,
-                            num_fewshot=args.num_fewshot, limit=getattr(args, "limit", None), bootstrap_iters=args.bootstrap_iters,
+                            num_fewshot=args.num_fewshot, limit=getattr(args, "limit", None), bootstrap_iters=bootstrap_options(args, resamples=100000, seed=0)["bootstrap_resamples"],
                             add_bos_token=_bos(args.add_bos_token), prefix_token_id=args.prefix_token_id)
 
     def metric_menu(self) -> MetricMenu:

@@ -86,10 +86,14 @@ class EvaldagLM(HFLM):
         tok_path = str(getattr(model, "tokenizer_source", None) or path)  # --tokenizer, when the folder has none
         import transformers
 
-        self._config = transformers.AutoConfig.from_pretrained(path)
+        gguf = getattr(model, "file", None)  # a GGUF (engine/adapters/hf_gguf.py): config, tokenizer from the file
+        folder, gguf_kw = (str(gguf.parent), {"gguf_file": gguf.name}) if gguf is not None else (path, {})
+        self._config = transformers.AutoConfig.from_pretrained(folder, **gguf_kw)
         self._model = _ConfigOnly(self._config)
         self.backend = "causal"
         kw = {"revision": "main", "trust_remote_code": False, "use_fast_tokenizer": True}
+        if gguf is not None and not getattr(model, "tokenizer_source", None):
+            tok_path, kw = folder, {**kw, **gguf_kw}
         if "add_bos_token" in inspect.signature(HFLM._create_tokenizer).parameters:
             kw["add_bos_token"] = add_bos_token
         self._create_tokenizer(tok_path, None, **kw)

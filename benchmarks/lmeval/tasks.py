@@ -6,20 +6,20 @@ task object built -- to say, each as one error line: an unknown name (with close
 matches), a task whose dataset needs the hub while offline, an output type evaldag
 cannot serve. It also plans the EVAL entries (one per task or group and metric, from
 the YAML's ``metric_list`` / ``aggregate_metric_list``) and digests what the tasks read
-(their configs, the ``!function`` modules beside them, local data files), so editing
-a task or its data recomputes it.
+(``inputs.py``: their YAML files and includes, ``!function`` modules, the data files
+``datasets`` resolves), so editing a task or its data recomputes it.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import inputs
 
 #: the request types evaldag serves (TemplateLM's three; multiple_choice is loglikelihood)
 SERVABLE = ("loglikelihood", "multiple_choice", "loglikelihood_rolling", "generate_until")
@@ -54,7 +54,7 @@ class Plan:
     leaves: dict[str, dict] = field(default_factory=dict)  # leaf task -> its YAML config (includes resolved)
     entries: list[tuple[str, str, str]] = field(default_factory=list)  # (task or group, metric, filter)
     digest: str = ""
-    code: set[str] = field(default_factory=set)  # the Python files beside the leaves' YAML
+    files: set[str] = field(default_factory=set)  # what the tasks read (inputs.py): YAML, modules, data
 
 
 def task_manager(include_path: str | None, names: tuple[str, ...] = ()) -> Any:
@@ -75,6 +75,10 @@ def task_manager(include_path: str | None, names: tuple[str, ...] = ()) -> Any:
         if local is not None and all(n in _index(local) for n in names):
             return local
     missing = [n for n in names if local is None or n not in _index(local)]
+    for n in missing if include_path else ():  # lm-evaluation-harness skips a file it cannot read, silently
+        where = inputs.unreadable(include_path, n)
+        if where:
+            raise TaskError(f"--include-path: {where} (so task {n!r} is not found)")
     text = _builtin_text() if missing else ""
     for n in missing:
         if not re.search(rf"(?<![\w\-.]){re.escape(n)}(?![\w\-.])", text):
@@ -148,7 +152,7 @@ def plan(names: tuple[str, ...], include_path: str | None) -> Plan:
                             "lm-evaluation-harness refuses a task in two top-level items")
         owner.update(dict.fromkeys(mine, name))
         _walk(tm, name, out, include_path, top=True)
-    out.digest = _digest(out.leaves, out.code)
+    out.digest = inputs.digest(out.leaves, out.files)
     return out
 
 
@@ -168,15 +172,26 @@ def _walk(tm: Any, item: str | dict, out: Plan, include_path: str | None, top: b
     if item not in _index(tm):
         raise unknown(item, tm)
     kind = _kind(_index(tm)[item])
+    _reads(_index(tm)[item], out)
     if kind in ("group", "tag"):
         return _walk_group(tm, {"group": item, **(_cfg(tm, item) if kind == "group" else {})}, out, include_path, top,
                            members=_members(tm, item))
     cfg = _cfg(tm, item)
     cfg.setdefault("task", item)
-    yaml_path = getattr(_index(tm)[item], "yaml_path", None)
-    if yaml_path:  # its !function modules live beside it
-        out.code.update(str(p) for p in Path(yaml_path).parent.glob("*.py"))
     _leaf(cfg, out, include_path, top, python=kind == "py_task")
+
+
+def _reads(entry: Any, out: Plan) -> None:
+    """An index entry's YAML file, its includes and ``!function`` modules, and the Python files
+    beside it (what those modules may import) into ``out.files``."""
+    yaml_path = getattr(entry, "yaml_path", None) or (entry.get("yaml_path") if isinstance(entry, dict) else None)
+    if not yaml_path or not Path(yaml_path).is_file():
+        return
+    try:
+        out.files.update(str(p) for p in inputs.yaml_reads(Path(yaml_path)))
+    except inputs.Unreadable as e:
+        raise TaskError(f"--include-path: {e}") from None
+    out.files.update(str(p.resolve()) for p in Path(yaml_path).parent.glob("*.py"))
 
 
 def _walk_group(tm: Any, cfg: dict, out: Plan, include_path: str | None, top: bool, members: list | None = None) -> None:
@@ -202,6 +217,11 @@ def _leaf(cfg: dict, out: Plan, include_path: str | None, top: bool, python: boo
             if cfg.get(media):
                 raise TaskError(f"--tasks: task {name!r} is multimodal ({media}); evaldag serves text requests only")
         _check_dataset(name, cfg, include_path)
+        files, missing = inputs.data_reads(cfg, LOCAL_BUILDERS)
+        if missing:
+            raise TaskError(f"--tasks: task {name!r} reads data_files {missing[0]!r}, which matches no file "
+                            "(a relative pattern is read from the current folder, or from data_dir)")
+        out.files.update(str(p) for p in files)
     out.leaves[name] = cfg
     if top:
         otype = cfg.get("output_type", "generate_until")
@@ -217,23 +237,13 @@ def _offline() -> bool:
                for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def _files(data_files: Any) -> list[str]:
-    if isinstance(data_files, str):
-        return [data_files]
-    if isinstance(data_files, dict):
-        return [f for v in data_files.values() for f in _files(v)]
-    if isinstance(data_files, (list, tuple)):
-        return [f for v in data_files for f in _files(v)]
-    return []
-
-
 def _check_dataset(name: str, cfg: dict, include_path: str | None) -> None:
     path = cfg.get("dataset_path")
     if not isinstance(path, str) or not path:
         return
     kwargs = cfg.get("dataset_kwargs") or {}
     if path in LOCAL_BUILDERS:
-        for f in _files(kwargs.get("data_files")):
+        for f in inputs.patterns(kwargs.get("data_files")):
             if "://" not in f and not any(c in f for c in "*?[") and not Path(f).expanduser().exists():
                 raise TaskError(f"--tasks: task {name!r} reads data file {f!r}, which does not exist "
                                 "(a relative data_files path is read from the current folder)")
@@ -251,18 +261,3 @@ def _in_hub_cache(repo: str) -> bool:
     hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub")).expanduser()
     ds = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
     return (hub / f"datasets--{repo.replace('/', '--')}").is_dir() or (ds / repo.replace("/", "___")).is_dir()
-
-
-def _digest(leaves: dict[str, dict], code: set[str]) -> str:
-    """sha256 of the leaves' configs, the Python files beside their YAML and their local data files."""
-    h = hashlib.sha256()
-    for name in sorted(leaves):
-        cfg = leaves[name]
-        h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-        for f in sorted(_files((cfg.get("dataset_kwargs") or {}).get("data_files"))):
-            p = Path(f).expanduser()
-            if p.is_file():
-                h.update(f.encode() + hashlib.sha256(p.read_bytes()).digest())
-    for f in sorted(code):
-        h.update(f.encode() + hashlib.sha256(Path(f).read_bytes()).digest())
-    return h.hexdigest()

@@ -29,6 +29,7 @@ GROUP = "MUSE"
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
+    ROUGE_FIELD = "rougeL_f1"
 
     def _declare(self) -> None:
         c, r = self.cfg, self.recipes
@@ -85,3 +86,8 @@ def token_stats_metrics() -> tuple[str, ...]:
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: MuseConfig = MuseConfig()) -> list[Node]:
     return _Catalogue.build(metrics, cfg)
+
+
+def interval_kind(name: str) -> str | None:
+    """The rule bracketing ``name`` from its items (``metrics/unlearning/intervals.py``); None: none."""
+    return _Catalogue(MuseConfig()).interval_kind(name)

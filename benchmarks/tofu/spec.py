@@ -113,3 +113,8 @@ def token_stats_metrics() -> tuple[str, ...]:
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
     """The named top-level nodes for ``metrics`` (their parents come along)."""
     return _Catalogue.build(metrics, cfg)
+
+
+def interval_kind(name: str) -> str | None:
+    """The rule bracketing ``name`` from its items (``metrics/unlearning/intervals.py``); None: none."""
+    return _Catalogue(TofuConfig()).interval_kind(name)

@@ -20,6 +20,7 @@ from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
+from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
 from .eval_logs import EvalLogs, load_eval_logs
@@ -49,6 +50,7 @@ class UnlearningBenchmark(Benchmark):
         common.add_model_arguments(p)
         common.add_limit_argument(p)
         add_classifier_arguments(p)
+        add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -63,6 +65,7 @@ class UnlearningBenchmark(Benchmark):
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
             limit=getattr(args, "limit", None),
             **classifier_options(args),
+            **bootstrap_options(args, resamples=0, seed=0),
             **self.own_config(args),
         )
 
@@ -143,6 +146,23 @@ class UnlearningBenchmark(Benchmark):
             verb = "compares" if len(names) == 1 else "compare"
             print(f"evaldag: warning: {side} has a different tokenizer than --model {cfg.model}: {', '.join(names)} "
                   f"then {verb} scores computed on different tokenizations", file=sys.stderr)
+
+    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+        """The metric's items from an EVAL file, as its interval reads them (None: no per-item
+        values there: forget quality and privleak need the retain side, model utility its nine parts)."""
+        from ...metrics.unlearning.intervals import sample_of
+        from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
+
+        kind = self.spec.interval_kind(name)
+        if kind in (None, "ks", "privleak"):
+            return None
+        parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS} if kind == "hmean" else {"metric": evals.get(name)}
+        if any(not isinstance(b, dict) for b in parents.values()):
+            return None
+        try:
+            return sample_of(kind, parents)
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Callable
 
 from ...engine import Node
+from ...metrics.unlearning.intervals import interval_kind_for, interval_node
 from ...metrics.unlearning.retain_logs import from_logs
+from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
+
+INTERVALS = "_INTERVALS"  # the interval nodes' group: <GROUP>_INTERVALS, files of their own
 
 
 def request_kinds(node: Node) -> set[str]:
@@ -27,6 +31,7 @@ class Catalogue:
     """
 
     GROUP = ""
+    ROUGE_FIELD = "rougeL_recall"  # the ROUGE field each ROUGE metric's agg_value is the mean of
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -65,8 +70,32 @@ class Catalogue:
         scorer's declared requests, so a new metric joins its group by declaring what it asks)."""
         return tuple(n for n in self.names() if request_kinds(self[n]) <= kinds)
 
+    def interval_kind(self, name: str) -> str | None:
+        """The rule that brackets ``name`` from its items (None: it has none)."""
+        return interval_kind_for(name, self.ROUGE_FIELD) if name in self.recipes else None
+
+    def interval(self, name: str) -> Node | None:
+        """The bootstrap interval of ``name``, over the same parents (so the same cached values)."""
+        kind, c = self.interval_kind(name), self.cfg
+        if kind is None:
+            return None
+        if kind == "ks":
+            parents = {"forget": self["forget_truth_ratio"], **self.retain_side("forget_truth_ratio")}
+        elif kind == "privleak":
+            parents = {"forget": self["mia_min_k"], **self.retain_side("mia_min_k")}
+        elif kind == "hmean":
+            parents = {p: self[p] for p in MODEL_UTILITY_PARTS}
+        else:
+            parents = {"metric": self[name]}
+        return interval_node(kind=kind, n_resamples=c.bootstrap_resamples, seed=c.seed, confidence_level=c.confidence_level,
+                             parents=parents).named(name, self.GROUP + INTERVALS)
+
     @classmethod
     def build(cls, metrics, cfg) -> list[Node]:
+        """The named metrics, then (with ``bootstrap_resamples``) each one's interval in ``<GROUP>_INTERVALS``."""
         cat = cls(cfg)
-        return [cat[m] for m in metrics]
+        nodes = [cat[m] for m in metrics]
+        if getattr(cfg, "bootstrap_resamples", 0):
+            nodes += [n for n in (cat.interval(m) for m in metrics) if n is not None]
+        return nodes
 

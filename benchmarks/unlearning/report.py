@@ -163,8 +163,49 @@ def generations_html(runs: list[RunFolder], shown: int = GENERATIONS_SHOWN) -> s
             "answer: what the model says before any number is read.</p>" + "".join(out))
 
 
+INTERVALS = "_INTERVALS"  # catalogue.py's group suffix: <GROUP>_INTERVALS_EVAL.json
+
+
+def _num(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+
+def intervals_html(runs: list[RunFolder]) -> tuple[str, dict]:
+    """Each bracketed metric as value ± half the percentile interval, the interval, BCa and the
+    items resampled (from ``<GROUP>_INTERVALS_EVAL.json``); the SUMMARY keys it shows."""
+    out, covers = [], {}
+    for r in runs:
+        for group, evals in sorted(r.evals.items()):
+            if not group.endswith(INTERVALS) or not evals:
+                continue
+            covers.setdefault(group, set()).update(evals)
+            rows = []
+            for name, b in sorted(evals.items()):
+                ci, bca = b.get("percentile"), b.get("BCa")
+                pm = f" ± {_num((ci[1] - ci[0]) / 2)}" if isinstance(ci, list) and b.get("statistic") != "ks" else ""
+                items = ", ".join(f"{k} {v}" for k, v in (b.get("n_items") or {}).items())
+                ks = f" (KS statistic {_num(b.get('ks'))}, interval [{_num((b.get('ks_percentile') or [None])[0])}, " \
+                     f"{_num((b.get('ks_percentile') or [None, None])[1])}])" if b.get("statistic") == "ks" else ""
+                rows.append(f"<tr><td>{escape(name)}</td><td>{_num(b.get('agg_value'))}{pm}</td>"
+                            f"<td>{'[' + _num(ci[0]) + ', ' + _num(ci[1]) + ']' if ci else '-'}{escape(ks)}</td>"
+                            f"<td>{'[' + _num(bca[0]) + ', ' + _num(bca[1]) + ']' if bca else '-'}</td><td>{escape(items)}</td>"
+                            f"<td class=\"ed-muted\">{escape(b.get('reason') or '')}</td></tr>")
+            first = next(iter(evals.values()))
+            level, n, seed = first.get("confidence_level"), first.get("n_resamples"), first.get("seed")
+            out.append(f"<h3>{escape(r.title)} · {escape(group[: -len(INTERVALS)])}</h3>"
+                       f'<p class="ed-muted">{_num(100 * level if isinstance(level, float) else None)}% bootstrap intervals over '
+                       f"items, {escape(str(n))} resamples, seed {escape(str(seed))} (docs/uncertainty.md).</p>"
+                       '<table class="ed-table"><thead><tr><th>metric</th><th>value ± half-width</th><th>percentile</th>'
+                       f"<th>BCa</th><th>items</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return "".join(out), covers
+
+
 def report_sections(runs: list[RunFolder]) -> list[Section]:
     sections = [Section("Plots", plots_html(runs), order=30, id="plots")]
+    ivs, covers = intervals_html(runs)
+    if ivs:
+        sections.append(Section("Intervals", ivs, order=20, id="intervals", covers=covers,
+                                covers_note="{n} interval rows are in the Intervals section"))
     gens = generations_html(runs)
     if gens:
         sections.append(Section("Generations", gens, order=35, id="generations"))

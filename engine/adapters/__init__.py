@@ -8,6 +8,7 @@ not import torch or transformers.
 from .base import Encoded, Encoder, ModelAdapter, ModelResource, OutOfMemory, PromptTemplate
 from .hf import HFAdapter, HFEncoder, HFModel
 from . import hf_peft  # noqa: F401 - registers HFPeftModel: HFModel(ADAPTER_DIR) is an adapter over its base
+from . import hf_gguf  # noqa: F401 - registers HFGGUFModel: HFModel(FILE.gguf) is dequantized by transformers
 
 __all__ = [
     "Encoded", "Encoder", "ModelAdapter", "ModelResource", "OutOfMemory", "PromptTemplate",

@@ -50,6 +50,7 @@ SHARDED_KINDS = frozenset({"token_stats", "generate", "hidden_states"})
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_CLASS: list[type] = []  # hf_peft.HFPeftModel, registered when the adapters package is imported
+GGUF_CLASS: list[type] = []  # hf_gguf.HFGGUFModel, registered likewise
 
 
 def is_adapter_dir(path: Any) -> bool:
@@ -93,6 +94,8 @@ class HFModel(ModelResource):
         hash of the adapter's own weights misses (a changed ``lora_alpha`` kept the old one)."""
         if cls is HFModel and ADAPTER_CLASS and path_or_id is not None and is_adapter_dir(path_or_id):
             cls = ADAPTER_CLASS[0]
+        elif cls is HFModel and GGUF_CLASS and path_or_id is not None and GGUF_CLASS[0].claims(path_or_id):
+            cls = GGUF_CLASS[0]  # ``HFModel(FILE.gguf)``: dequantized by transformers at load (hf_gguf.py)
         return super().__new__(cls)
 
     def __init__(self, path_or_id: str | os.PathLike, dtype: str = "auto", device: str = "auto",
@@ -194,6 +197,16 @@ class HFModel(ModelResource):
         # which cannot notice the repository changing on the hub.
         snapshot = _hub_snapshot(self.path)
         return _digest("hf-hub-1", self.path, snapshot.name if snapshot else "unresolved", f"dtype={dtype}", *mask)
+
+    def weights_fingerprint(self) -> str | None:
+        """The weight files' contents, their names aside (the backend contract); None for a hub id
+        or in-memory objects, whose files evaldag does not hash."""
+        if self._objects is not None or not self.is_dir:
+            return None
+        self.fingerprint()
+        if self._snapshot is None:
+            return None
+        return _digest("weights-1", *sorted(d for n, (_, d) in self._snapshot.files.items() if Path(n).suffix in WEIGHT_SUFFIXES))
 
     def device_type(self) -> str:
         """``cpu``, ``cuda`` or ``mps``: where this model runs, known without importing torch.

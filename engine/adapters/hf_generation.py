@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..requests import Generate, GenerateResult
+from ..streaming import finished
 from .generation_control import RowStops, SeededSampler, draw, row_done, row_generator
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
@@ -149,6 +150,8 @@ class DecodeLoop:
                     s = reqs[i].settings
                     new[i].append(int(draw(logits[j], s, gens[i])) if s.do_sample else picks[j])
                 done = [k for k, i in enumerate(rows) if row_done(self.tokenizer, new[i], reqs[i].settings, self.eos)]
+                for k in done:  # stored at once by the executor: a stop loses only the rows in flight
+                    finished(rows[k], self._result(rows[k], new, broken))
                 if done:
                     keep = [k for k in range(len(rows)) if k not in set(done)]
                     rows = [rows[k] for k in keep]
@@ -156,7 +159,10 @@ class DecodeLoop:
         real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new))
         # + one per row: its last new token, which no forward pass reads (counted as generate() counts it)
         self.tokens = (real, computed + len(reqs))
-        return [GenerateResult(_int32(t), decode(self.tokenizer, t), i in broken) for i, t in enumerate(new)]
+        return [self._result(i, new, broken) for i in range(len(new))]
+
+    def _result(self, i: int, new: list[list[int]], broken: set[int]) -> GenerateResult:
+        return GenerateResult(_int32(new[i]), decode(self.tokenizer, new[i]), i in broken)
 
     def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[Any, Any, Any, Any, int]:
         """Left-padded prefill of new rows in a fresh cache: (last logits, cache, mask,

@@ -35,6 +35,12 @@ from .hf_encoder import HFEncoder
 from .integrity import FolderSnapshot, model_files, model_names
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+# LoRA-wrapped projections whose input (lora_A's columns) or output (lora_B's rows) is the
+# model's hidden size in every Llama-family architecture (Mistral, Qwen, Gemma, MoE experts
+# too); the other side may be an expert's own size, so it is not checked.
+_IN_HIDDEN = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})
+_OUT_HIDDEN = frozenset({"o_proj", "down_proj"})
+_MAX_HEADER = 100 << 20  # bytes: a safetensors header claiming more is not read
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
 
 
@@ -137,6 +143,10 @@ class HFPeftModel(HFModel):
         own.append(f"{ADAPTER_CONFIG}={_digest(json.dumps(conf, sort_keys=True, default=str))}")
         return _digest("hf-peft-1", f"base={self.base.fingerprint()}", *own, *mask)
 
+    def weights_fingerprint(self) -> str | None:
+        """None: an adapter's numbers depend on its base too; a fallback is proven by a probe."""
+        return None
+
     def encoder(self) -> HFEncoder:
         if self._encoder is None:
             if not self._own_tokenizer():
@@ -168,6 +178,8 @@ class HFPeftModel(HFModel):
         fp = self.fingerprint()
         self.verify_unchanged()
         self.adapter_name = "a" + fp[:16]
+        if self.base.is_dir:  # the CLI checked already; a library caller gets the same line
+            check_shapes(self.path, Path(self.base.path).expanduser(), f"HFPeftModel {self.path}", self.base.path)
         model = _BASE.activate(self)
         self._snapshot.check_content(model_names(self._snapshot.root))  # what peft read is what was hashed
         _check_rows(self.path, model, self.encoder().tokenizer)
@@ -269,11 +281,65 @@ def release_shared_base() -> None:
 def check_adapter(folder: str | os.PathLike, adapter_base: str | None, flag: str = "--model",
                   tokenizer: str | None = None) -> str:
     """Before anything loads (the CLI's checks): ``folder`` is an adapter, peft is installed,
-    the base is found; returns the base (a folder or a cached hub id)."""
+    the base is found, the adapter fits a local base (:func:`check_shapes`); returns the base
+    (a folder or a cached hub id)."""
     if not is_adapter_dir(folder):
         raise AdapterError(f"--adapter-base: {flag} {folder} is not an adapter folder (no {ADAPTER_CONFIG})")
     if tokenizer is not None:
         raise AdapterError(f"{flag} {folder}: an adapter takes its tokenizer from its own folder or its base's, "
                            "not --tokenizer")
     require_peft(f"{flag} {folder}")
-    return resolve_base(folder, adapter_base, flag)
+    base = resolve_base(folder, adapter_base, flag)
+    if Path(base).expanduser().is_dir():  # the adapter's shapes against its base's hidden size
+        check_shapes(folder, Path(base).expanduser(), f"{flag} {folder}", base)
+    return base
+
+
+def check_shapes(folder: str | os.PathLike, base_folder: Path, what: str, base: str) -> None:
+    """Before anything loads: the adapter's LoRA matrices fit its base's ``hidden_size``
+    (config.json). An adapter trained on another base otherwise fails inside peft, after the
+    base loaded, with a page of size mismatches. Read from the safetensors header alone."""
+    f = Path(folder).expanduser() / ADAPTER_WEIGHTS[0]
+    hidden = _hidden_size(base_folder)
+    if hidden is None or not f.is_file():
+        return  # a .bin adapter or a config without hidden_size: peft's own check stands
+    for name, shape in sorted(_tensor_shapes(f, what).items()):
+        parts = name.split(".")
+        if len(parts) < 3 or parts[-1] != "weight" or len(shape) != 2:
+            continue
+        lora, module = parts[-2], parts[-3]
+        if lora == "lora_A" and module in _IN_HIDDEN:
+            got, side = shape[1], "input"
+        elif lora == "lora_B" and module in _OUT_HIDDEN:
+            got, side = shape[0], "output"
+        else:
+            continue
+        if got != hidden:
+            raise AdapterError(f"{what}: {f.name} does not fit its base {base}: {name} has {got} {side} features, "
+                               f"the base's hidden_size is {hidden} (config.json); the adapter was trained on "
+                               "another base")
+
+
+def _hidden_size(base_folder: Path) -> int | None:
+    try:
+        cfg = json.loads((base_folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    size = cfg.get("hidden_size", (cfg.get("text_config") or {}).get("hidden_size"))
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _tensor_shapes(f: Path, what: str) -> dict[str, list[int]]:
+    """Tensor names and shapes from a safetensors header (an 8-byte length, then JSON)."""
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n)) if 0 < n <= _MAX_HEADER else None
+    except (OSError, ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
+        raise AdapterError(f"{what}: {f.name} is not a safetensors file (its header cannot be read)")
+    return {k: v["shape"] for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("shape"), list)}

@@ -40,10 +40,13 @@ class HFModelTokenizer(HFModel):
         return self._tok_dir is None or not _dedicated_pad_files(self._tok_dir)
 
     def _compute_fingerprint(self) -> str:
-        if self._tok_dir is None:
-            tok = [f"tokenizer={self.tokenizer_source}"]
-        else:
-            tok = [f"{p.name}={file_sha256(p)}" for p in sorted(self._tok_dir.iterdir())
-                   if p.is_file() and (p.name.startswith(("tokenizer", "special_tokens", "chat_template", "vocab",
-                                                          "merges", "added_tokens")) or p.suffix == ".model")]
-        return _digest("hf-tok-1", super()._compute_fingerprint(), *tok)
+        return _digest("hf-tok-1", super()._compute_fingerprint(), *tokenizer_digest_parts(self.tokenizer_source, self._tok_dir))
+
+
+def tokenizer_digest_parts(source: str, folder: Path | None) -> list[str]:
+    """What a ``--tokenizer`` adds to a fingerprint: its files' hashes (a folder), else its id."""
+    if folder is None:
+        return [f"tokenizer={source}"]
+    return [f"{p.name}={file_sha256(p)}" for p in sorted(folder.iterdir())
+            if p.is_file() and (p.name.startswith(("tokenizer", "special_tokens", "chat_template", "vocab",
+                                                   "merges", "added_tokens")) or p.suffix == ".model")]

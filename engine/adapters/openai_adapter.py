@@ -6,9 +6,12 @@ the route of each request kind:
 * ``token_stats``: ``prompt_logprobs=1`` on ``/v1/completions`` (vLLM, SGLang) gives
   for every prompt token its log-prob and rank, plus the top-1 token: the target's
   log-prob and the argmax the metrics need. Otherwise ``echo`` + ``logprobs=1`` (the
-  legacy OpenAI completions API) gives the same two numbers. The full-vocabulary mean
-  and variance (Min-K%++) cannot be had from either: they come back NaN and the
+  legacy OpenAI completions API) gives the same two numbers, once the echoed tokens are
+  checked to be the prompt's. The full-vocabulary mean and variance (Min-K%++) cannot be
+  had from either: they are not available (``None``, never a NaN placeholder) and the
   planner refuses the metrics that need them (or sends them to ``--fallback``).
+  Each number is read with ``answers.number``/``answers.rank`` (``null`` is one line) and
+  every answer checked by the executor (``engine/answers.py``) before it is stored.
 * ``generate``: ``/v1/completions`` with the token ids as the prompt where the server
   takes ids (vLLM, SGLang), with the decoded text otherwise; ``/v1/chat/completions``
   for a chat-only endpoint. The new ids come back with ``return_token_ids`` (vLLM) or
@@ -22,11 +25,11 @@ Calls run ``concurrency`` at a time (``openai_http.Client.map``).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
+from ..answers import BadAnswer, number, rank
 from ..backend import Capabilities, ModelAdapter
 from ..batching import Budget
 from ..requests import Generate, GenerateResult, Request, TokenStats, TokenStatsResult
@@ -107,41 +110,70 @@ class OpenAIAdapter(ModelAdapter):
         for r, seq, ch in zip(reqs, seqs, choices):
             plp = ch.get("prompt_logprobs")
             if not isinstance(plp, list) or len(plp) != len(seq):
-                raise ServerError(f"{self.server.spec}: prompt_logprobs missing or of the wrong length in the answer")
+                got = f"{len(plp)} prompt log-probs" if isinstance(plp, list) else "no prompt log-probs"
+                raise BadAnswer(f"{self.server.spec}: {got} for a {len(seq)}-token prompt")
             lp, am = [], []
             for pos in range(len(r.context_ids), len(seq)):
-                entry = plp[pos] or {}
+                where = f"{self.server.spec}: the prompt log-prob at position {pos}"
+                entry = plp[pos] if isinstance(plp[pos], dict) else {}
                 target = entry.get(str(seq[pos]))
-                if target is None:
+                if not isinstance(target, dict):
                     raise ServerError(f"{self.server.spec}: no log-prob for prompt token {seq[pos]} at position {pos}")
-                lp.append(float(target["logprob"]))
-                if target.get("rank") == 1:
-                    am.append(seq[pos])
-                else:
-                    top = [int(k) for k, v in entry.items() if v.get("rank") == 1]
-                    am.append(top[0] if top else max(entry, key=lambda k: entry[k]["logprob"]))
+                lp.append(number(target.get("logprob"), where))
+                cands = {_prompt_id(k, where): v for k, v in entry.items() if isinstance(v, dict)}
+                ranks = {t: rank(v["rank"], f"{where}, token id {t},") for t, v in cands.items() if "rank" in v}
+                top = [t for t, k in ranks.items() if k == 1]
+                am.append(top[0] if top else max(cands, key=lambda t: number(cands[t].get("logprob"), where)))
             out.append(_stats(lp, am))
         return out
 
     def _stats_echo(self, reqs: Sequence[TokenStats]) -> list[TokenStatsResult]:
+        """``echo`` gives the prompt's tokens back with their log-probs, then the one new token:
+        the answer is read only when its first tokens are exactly the prompt's (a server whose
+        template adds a token would shift every position by one)."""
         seqs = [list(r.context_ids) + list(r.continuation_ids) for r in reqs]
         body = {"prompt": self.server.prompts(seqs), "max_tokens": 1, "temperature": 0, "echo": True,
                 "logprobs": 1, "return_tokens_as_token_ids": True}
-        choices = self._choices(self.server.post_completion(body), len(reqs))
+        answer = self.server.post_completion(body)
+        choices = self._choices(answer, len(reqs))
+        said = ((answer or {}).get("usage") or {}).get("prompt_tokens")
+        if isinstance(said, int) and not isinstance(said, bool) and said != sum(len(s) for s in seqs):
+            raise BadAnswer(f"{self.server.spec}: echo counted {said} prompt tokens for prompts of "
+                            f"{sum(len(s) for s in seqs)}; its template changes the prompt, so no position can be trusted")
         out = []
         for r, seq, ch in zip(reqs, seqs, choices):
-            lps = (ch.get("logprobs") or {})
-            token_lp, tops = lps.get("token_logprobs") or [], lps.get("top_logprobs") or []
-            if len(token_lp) < len(seq):
-                raise ServerError(f"{self.server.spec}: echo gave {len(token_lp)} log-probs for a {len(seq)}-token prompt")
+            lps = ch.get("logprobs") if isinstance(ch.get("logprobs"), dict) else {}
+            tokens, token_lp, tops = lps.get("tokens"), lps.get("token_logprobs"), lps.get("top_logprobs") or []
+            if not isinstance(token_lp, list) or not isinstance(tokens, list) or not isinstance(tops, list):
+                raise BadAnswer(f"{self.server.spec}: echo gave no tokens and log-probs to check against the prompt")
+            if not (len(seq) <= len(token_lp) <= len(seq) + 1 and len(tokens) == len(token_lp)):
+                raise BadAnswer(f"{self.server.spec}: echo gave {len(token_lp)} log-probs for a {len(seq)}-token "
+                                "prompt and one new token; its template changes the prompt, so no position can be trusted")
+            for pos, tid in enumerate(seq):
+                if not self._same_token(tokens[pos], tid):
+                    raise BadAnswer(f"{self.server.spec}: echo gave token {str(tokens[pos])[:40]!r} at position {pos} "
+                                    f"where the prompt has token {tid}; its positions cannot be trusted")
             lp, am = [], []
             for pos in range(len(r.context_ids), len(seq)):
-                lp.append(float(token_lp[pos]))
-                top = tops[pos] or {}
-                best = max(top, key=lambda k: top[k]) if top else None
+                where = f"{self.server.spec}: the echoed log-prob at position {pos}"
+                lp.append(number(token_lp[pos], where))
+                top = tops[pos] if pos < len(tops) and isinstance(tops[pos], dict) else {}
+                best = max(top, key=lambda k: number(top[k], where)) if top else None
                 am.append(_token_id(best, self.encoder) if best is not None else -1)
             out.append(_stats(lp, am))
         return out
+
+    def _same_token(self, token: Any, tid: int) -> bool:
+        """An echoed token is prompt token ``tid``: ``token_id:N`` (vLLM), or the token's text."""
+        if not isinstance(token, str):
+            return False
+        if token.startswith("token_id:"):
+            return token[len("token_id:"):].strip() == str(tid)
+        tok = getattr(self.encoder, "tokenizer", None)
+        forms = {self.encoder.decode([tid], skip_special_tokens=False)}
+        if tok is not None and hasattr(tok, "convert_ids_to_tokens"):
+            forms.add(tok.convert_ids_to_tokens(tid))
+        return token in forms
 
     # -- generation
     def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
@@ -215,9 +247,16 @@ class OpenAIAdapter(ModelAdapter):
 
 
 def _stats(lp: list[float], am: list[int]) -> TokenStatsResult:
-    n = len(lp)
-    nan = np.full(n, math.nan, dtype=np.float32)
-    return TokenStatsResult(np.asarray(lp, dtype=np.float32), np.asarray(am, dtype=np.int32), nan, nan.copy())
+    """The two numbers a server gives; the full-vocabulary statistics are not available (None)."""
+    return TokenStatsResult(np.asarray(lp, dtype=np.float32), np.asarray(am, dtype=np.int32), None, None)
+
+
+def _prompt_id(key: Any, where: str) -> int:
+    """A ``prompt_logprobs`` key: a token id as a string."""
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        raise BadAnswer(f"{where} names token {str(key)[:40]!r}, not a token id") from None
 
 
 def _token_id(token: str, encoder: Any) -> int:

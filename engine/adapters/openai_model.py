@@ -14,7 +14,7 @@ server's **identity** and the **checks** a run makes before any work:
   batch-invariant does not flap) of one fixed short prompt. Weights changed behind the
   same name give another probe, so another fingerprint, so the request cache
   recomputes; a restarted server with the same weights is warm; a Hugging Face model
-  and a server never share a fingerprint (``openai-1`` vs ``hf-*``).
+  and a server never share a fingerprint (``openai-2`` vs ``hf-*``).
 * the capabilities it found (``logprob_mode``, ``gen_mode``), detected once per
   resource and recorded in ``describe()`` (so in run.json).
 """
@@ -31,7 +31,8 @@ from ..backend import Capabilities, Identity, ModelResource
 from .hf import _ensure_pad
 from .hf_encoder import HFEncoder
 from .openai_adapter import OpenAIAdapter, server_capabilities
-from .openai_http import Client, ServerError
+from .model_args import settings as backend_settings
+from .openai_http import Client, ServerError, ServerSettings, parse_url
 
 PROBE_TEXT = "The capital of France is"
 PROBE_TOKENS = 4
@@ -53,11 +54,18 @@ class Server:
     def body(self, body: dict) -> dict:
         return {"model": self.served, **body} if self.served else body
 
-    def post_completion(self, body: dict) -> Any:
-        return self.client.post("/v1/completions", self.body(body))
+    def post_completion(self, body: dict) -> dict:
+        return self._object(self.client.post("/v1/completions", self.body(body)), "/v1/completions")
 
-    def post_chat(self, body: dict) -> Any:
-        return self.client.post("/v1/chat/completions", self.body(body))
+    def post_chat(self, body: dict) -> dict:
+        return self._object(self.client.post("/v1/chat/completions", self.body(body)), "/v1/chat/completions")
+
+    def _object(self, answer: Any, path: str) -> dict:
+        """An answer is a JSON object; anything else is the server's failure, in one line."""
+        if not isinstance(answer, dict):
+            what = "nothing" if answer is None else f"a JSON {type(answer).__name__}"
+            raise ServerError(f"{self.spec}: POST {path}: the answer is {what}, not a JSON object", 200)
+        return answer
 
     def prompt_text(self, ids: list[int]) -> str:
         """A token-id prompt as text for a server that takes text: the special tokens the
@@ -108,18 +116,20 @@ class Server:
 class OpenAIModel(ModelResource):
     """``openai:URL`` with its qualifiers: ``served`` (``--served-model``), ``tokenizer``
     (``--tokenizer DIR|ID``: the local tokenizer that builds prompts), ``api_key_env``,
-    ``dtype`` (what the server runs, as the user states it; part of the identity)."""
+    ``dtype`` (what the server runs, as the user states it; part of the identity) and the
+    backend's ``settings`` (``--model-arg``: timeouts, deadline, body cap; keywords such as
+    ``timeout=`` override single ones). ``spec`` is the URL as printed: credentials masked."""
 
     backend = "openai"
 
     def __init__(self, url: str, tokenizer: str | None = None, served: str | None = None,
-                 api_key_env: str = "OPENAI_API_KEY", dtype: str = "auto", timeout: float = 120.0,
-                 concurrency: int = 8, retries: int = 4):
-        self.url = url.rstrip("/")
+                 api_key_env: str = "OPENAI_API_KEY", dtype: str = "auto", settings: ServerSettings | None = None,
+                 **overrides: Any):
+        self.client = Client(url.rstrip("/"), api_key_env=api_key_env, settings=settings, **overrides)
+        self.url = self.client.shown
         self.spec = f"openai:{self.url}"
         self.name = self.spec
         self.tokenizer, self.dtype = tokenizer, dtype
-        self.client = Client(self.url, api_key_env=api_key_env, timeout=timeout, retries=retries, concurrency=concurrency)
         self._served_arg = served
         self._encoder: Any = None
         self._server: Server | None = None
@@ -129,9 +139,17 @@ class OpenAIModel(ModelResource):
 
     # -- checks (before any work)
     def check(self) -> "OpenAIModel":
-        """Raise :class:`BackendError` (one line) when the server cannot be used as given."""
+        """Raise :class:`BackendError` (one line) when the server cannot be used as given; the
+        checks' retries are not said (their failure is that one line, nothing before it)."""
         if not self.tokenizer:
             raise BackendError(f"{self.spec} needs --tokenizer DIR|ID: the local tokenizer that builds the prompts")
+        say, self.client.say = self.client.say, lambda line: None
+        try:
+            return self._check()
+        finally:
+            self.client.say = say
+
+    def _check(self) -> "OpenAIModel":
         try:
             models = self.client.get("/v1/models", timeout=min(self.client.timeout, 15.0), retries=1)
         except ServerError as e:
@@ -179,7 +197,10 @@ class OpenAIModel(ModelResource):
 
     def _why(self, e: ServerError) -> str:
         if e.status == 0:
-            return f"{self.spec}: no server answers ({str(e).rsplit('(', 1)[-1].rstrip(')')}); is it running and is the URL right?"
+            return f"{self.spec}: no server answers ({e.detail}); is it running and is the URL right?"
+        if e.status in (401, 403) and self.client.url.user is not None:
+            return (f"{self.spec} answered {e.status} (not authorized): the user and password in the URL were refused "
+                    f"({e.detail})")
         if e.status in (401, 403):
             var = self.client.api_key_env
             have = "was refused" if self.client._key else "is not set"
@@ -188,7 +209,7 @@ class OpenAIModel(ModelResource):
             return f"{self.spec} does not serve {self._served_arg!r} ({e.detail}); fix --served-model"
         if e.status == 400 and self._served_arg and ("model" in e.detail.lower()):
             return f"{self.spec} refused model {self._served_arg!r} ({e.detail}); fix --served-model"
-        return f"{self.spec}: {e}"
+        return str(e)  # it names the server already
 
     # -- identity
     def server(self) -> Server:
@@ -215,7 +236,8 @@ class OpenAIModel(ModelResource):
             srv = self.server()
             version = None
             try:
-                version = (self.client.get("/version", retries=1) or {}).get("version")
+                answer = self.client.get("/version", retries=1)
+                version = answer.get("version") if isinstance(answer, dict) else None  # a text page: no version
             except ServerError:
                 pass
             ids = self.encoder().encode(PROBE_TEXT, add_special_tokens=True)
@@ -249,7 +271,8 @@ class OpenAIModel(ModelResource):
         if self._fp is None:
             ident = self.server_identity()
             text = json.dumps({**ident, "tokenizer": self.encoder().fingerprint()}, sort_keys=True, default=str)
-            self._fp = hashlib.sha256(("openai-1\0" + text).encode()).hexdigest()
+            # the version: what is stored from a server, and how it is checked (docs/cache.md)
+            self._fp = hashlib.sha256(("openai-2\0" + text).encode()).hexdigest()
         return self._fp
 
     def device_type(self) -> str:
@@ -258,7 +281,8 @@ class OpenAIModel(ModelResource):
     def describe(self) -> dict:
         """run.json's record of this model: never the key, only the variable's name."""
         out = {"spec": self.spec, "path": self.spec, "source": "openai", "tokenizer": self.tokenizer,
-               "api_key_env": self.client.api_key_env, "dtype": self.dtype}
+               "api_key_env": self.client.api_key_env, "dtype": self.dtype,
+               "settings": self.client.settings.model_dump()}
         if self._identity is not None:
             out.update({k: v for k, v in self._identity.items() if k != "probe"})
         if self._server is not None:
@@ -289,9 +313,20 @@ def _r(x: Any) -> float | None:
 
 
 def from_spec(target: str, tokenizer: str | None = None, served_model: str | None = None,
-              api_key_env: str | None = None, dtype: str | None = None, **options: Any) -> OpenAIModel:
-    """The ``openai`` scheme's factory: ``openai:URL`` plus its qualifiers, checked at once."""
-    if not target.startswith(("http://", "https://")):
-        raise BackendError(f"openai:{target}: the target must be an http:// or https:// URL")
+              api_key_env: str | None = None, dtype: str | None = None, model_args: dict | None = None,
+              **options: Any) -> OpenAIModel:
+    """The ``openai`` scheme's factory: ``openai:URL`` plus its qualifiers and ``model_args``
+    (``--model-arg KEY=VALUE``: :class:`ServerSettings`), checked at once."""
+    try:
+        url = parse_url(target)
+    except ValueError as e:
+        raise BackendError(f"openai:{e}") from None
+    if url.user is not None and api_key_env:
+        raise BackendError(f"openai:{url.shown}: credentials in the URL and --api-key-env {api_key_env}: "
+                           "give one (the URL's user info is sent as basic auth, the key as a bearer token)")
+    try:
+        settings = backend_settings(ServerSettings, model_args, "openai")
+    except ValueError as e:
+        raise BackendError(str(e)) from None
     return OpenAIModel(target, tokenizer=tokenizer, served=served_model, api_key_env=api_key_env or "OPENAI_API_KEY",
-                       dtype=dtype or "auto", **options).check()
+                       dtype=dtype or "auto", settings=settings, **options).check()

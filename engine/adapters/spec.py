@@ -9,7 +9,9 @@ scheme means ``hf``. The factory of a scheme comes from the backend registry
 
 Qualifiers (``--tokenizer``, ``--served-model``, ``--api-key-env``, ``--fallback``)
 go to the factory as keywords; a qualifier the backend does not take is an error
-naming the flag, never silently dropped.
+naming the flag, never silently dropped. ``model_args`` (``--model-arg KEY=VALUE``,
+repeated) is the one keyword whose keys the backend itself declares and checks
+(``model_args.py``).
 """
 
 from __future__ import annotations
@@ -98,8 +100,14 @@ def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
     except TypeError as e:
         if "unexpected keyword" in str(e):
             bad = str(e).rsplit("'", 2)[-2] if "'" in str(e) else "?"
-            raise SpecError(f"{flag} {text}: {spec.scheme}: models take no --{bad.replace('_', '-')}") from None
+            raise SpecError(f"{flag} {text}: {spec.scheme}: models take no --{flag_word(bad)}") from None
         raise
+
+
+def flag_word(qualifier: str) -> str:
+    """The command-line word of a factory keyword: ``served_model`` -> ``served-model``,
+    ``model_args`` -> ``model-arg`` (one pair per flag)."""
+    return "model-arg" if qualifier == "model_args" else qualifier.replace("_", "-")
 
 
 def _factory(scheme: str) -> Any:

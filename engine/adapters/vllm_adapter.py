@@ -18,13 +18,13 @@ To stay comparable with the Hugging Face backend:
 Token statistics come from ``prompt_logprobs=1``: for every prompt token its log-prob
 and rank, plus the rank-1 token, which give the chosen token's log-prob and the greedy
 token. vLLM never hands out the whole distribution, so the full-vocabulary mean and
-variance (Min-K%++) are NaN and the capabilities say so: the planner refuses those
-metrics or sends them to ``--fallback``.
+variance (Min-K%++) are not available (``None``) and the capabilities say so: the planner
+refuses those metrics or sends them to ``--fallback``. Every answer is checked by the
+executor (``engine/answers.py``) before it is stored.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -169,5 +169,4 @@ def _stats(r: TokenStats, seq: list[int], plp: Any, label: str) -> TokenStatsRes
         else:
             top = [int(k) for k, v in entry.items() if v.rank == 1]
             am.append(top[0] if top else int(max(entry, key=lambda k: entry[k].logprob)))
-    nan = np.full(len(lp), math.nan, dtype=np.float32)
-    return TokenStatsResult(np.asarray(lp, dtype=np.float32), np.asarray(am, dtype=np.int32), nan, nan.copy())
+    return TokenStatsResult(np.asarray(lp, dtype=np.float32), np.asarray(am, dtype=np.int32), None, None)

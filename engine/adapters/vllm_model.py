@@ -98,12 +98,16 @@ class VLLMModel(ModelResource):
 
     def fingerprint(self) -> str:
         if self._fp is None:
-            parts = ["vllm-1", self.hf.fingerprint(), f"tokenizer={self.tokenizer or ''}"]
+            # the version: what is stored from vLLM, and how it is checked (docs/cache.md)
+            parts = ["vllm-2", self.hf.fingerprint(), f"tokenizer={self.tokenizer or ''}"]
             self._fp = hashlib.sha256("\0".join(parts).encode()).hexdigest()
         return self._fp
 
     def verify_unchanged(self) -> None:
         self.hf.verify_unchanged()
+
+    def weights_fingerprint(self) -> str | None:
+        return self.hf.weights_fingerprint()  # the folder's weight files, as hf: reads them
 
     def capabilities(self) -> Capabilities:
         return CAPABILITIES

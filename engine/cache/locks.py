@@ -47,6 +47,7 @@ class NodeLock:
         self.record = path.with_suffix(".holder")
         self._lock = FileLock(str(path))
         self.unheld = 0  # acquisitions that found the lock file unopenable (see acquire)
+        self.doing = ""  # what the holder computes (node, model), for a waiter's line
 
     def acquire(self, timeout: float = -1) -> "NodeLock":
         try:
@@ -62,7 +63,8 @@ class NodeLock:
 
     def _write_record(self) -> None:
         """pid, host, since: no fsync (a courtesy to waiters, not data), no link followed."""
-        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
+        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                           **({"doing": self.doing[:500]} if self.doing else {})}).encode()
         try:
             inside(self.root, self.record)
             fd = os.open(self.record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -99,6 +101,8 @@ class NodeLock:
             return "lock held by another process, which left no record of itself"
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since))
         text = f"lock held by pid {pid} on {host} since {when}"
+        if isinstance(rec.get("doing"), str) and rec["doing"]:
+            text += f", computing {rec['doing']}"
         if host == socket.gethostname():
             state = _process_state(pid)
             if state is None:

@@ -116,9 +116,12 @@ class NodeStore:
         """The node's lock, waited for: says who holds it after a few seconds, gives up after ``timeout`` (locks.py)."""
         return wait(self.lock(fp), what, timeout)
 
-    def try_lock(self, fp: str) -> "NodeLock | NoLock | None":
-        """Take the node's lock without waiting; None if another process holds it."""
+    def try_lock(self, fp: str, doing: str = "") -> "NodeLock | NoLock | None":
+        """Take the node's lock without waiting; None if another process holds it. ``doing`` (the
+        node and its model) goes into the holder record, for a waiter to be told."""
         lk = self.lock(fp)
+        if doing and isinstance(lk, NodeLock):
+            lk.doing = doing
         try:
             lk.acquire(timeout=0)
         except Timeout:

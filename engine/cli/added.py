@@ -31,26 +31,48 @@ from typing import Any, Mapping, Sequence
 
 from ..menu import did_you_mean
 from ..declare import REGISTRY, DeclarationError, MetricDef, Node
+from ..fingerprint import identify_by_file
 from ..graph import Graph, GraphError
 
 DEFAULT_SPLIT = "forget"
 
 
 def load_file(path: Path) -> list[MetricDef]:
-    """Import a Python file by path (its ``@metric`` declarations register) -> what it declared."""
+    """Import a Python file by path (its ``@metric`` declarations register) -> what it declared.
+
+    The whole file's code is part of the code identity of every metric and handler it
+    declares (``identify_by_file``): an edited helper of the same file recomputes them."""
     name = "evaldag_user_metrics_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise ValueError(f"--add-metric {path}: not a Python file")
+        identify_by_file(name, _source(path))
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as e:  # the user's code: one line naming the file, not a traceback
+        except BaseException as e:  # the user's code: one line naming the file, not a traceback
             del sys.modules[name]
-            raise ValueError(f"--add-metric {path}: importing it failed: {type(e).__name__}: {e}") from None
+            if not isinstance(e, (Exception, SystemExit)):  # Ctrl-C stays an interrupt
+                raise
+            raise ValueError(f"--add-metric {path}: {_import_failure(e)}") from None
     return [m for m in REGISTRY.all() if m.fn.__module__ == name]
+
+
+def _source(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise ValueError(f"--add-metric {path}: cannot read it: {e.strerror or e}") from None
+
+
+def _import_failure(e: BaseException) -> str:
+    """What went wrong importing a metric file, in words: a script's ``sys.exit`` is not a crash."""
+    if isinstance(e, SystemExit):
+        return (f"importing it called sys.exit({'' if e.code is None else repr(e.code)}); a metric file must not exit "
+                "(put a script's own work under `if __name__ == \"__main__\":`)")
+    return f"importing it failed: {type(e).__name__}: {e}"
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml")

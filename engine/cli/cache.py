@@ -193,5 +193,23 @@ def explain(store, what: str) -> int:
         return 2
     for other in entries[1:]:
         print(f"evaldag: also stored under {what!r}: {other.fingerprint} (older)", file=sys.stderr)
-    print(json.dumps(entries[0].meta, indent=2, sort_keys=True))
+    meta = dict(entries[0].meta)
+    meta["reads"] = reads_of(store, meta)
+    print(json.dumps(meta, indent=2, sort_keys=True))
     return 0
+
+
+def reads_of(store, meta: dict) -> dict:
+    """The model and data an entry was computed from: its own ``reads`` and its parents' (an
+    aggregator reads no resource itself; its scorers do), found through the stored parents."""
+    out, seen, todo = {}, set(), [meta]
+    while todo:
+        m = todo.pop()
+        out.update({k: v for k, v in (m.get("reads") or {}).items() if k not in out})
+        for fp in ((m.get("components") or {}).get("parents") or {}).values():
+            if isinstance(fp, str) and fp not in seen:
+                seen.add(fp)
+                parent = store.get(fp)
+                if parent is not None:
+                    todo.append(parent.meta)
+    return out

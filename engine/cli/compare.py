@@ -4,6 +4,12 @@ Why: "did the unlearning step move forget quality, and by how much?" is the firs
 question after a second run. Rows are read from the runs' published files (no cache
 needed), matched on (benchmark, metric); a metric only one run has is listed with an
 empty side. ``--out`` writes the same table as JSON (``.json``) or CSV (anything else).
+
+When both runs scored the same items, the difference is also tested item by item
+(``engine/uncertainty.py``): each metric's items are read from the runs' ``<GROUP>_EVAL.json``
+(``value_by_index``) through the benchmark that wrote them (``Benchmark.item_sample``), so no
+model runs; the paired bootstrap interval of B - A, a paired permutation p-value (exact on few
+items), Holm's adjustment over the metrics tested (Benjamini-Hochberg's in the files), and whether the difference is inside the noise.
 """
 
 from __future__ import annotations
@@ -13,27 +19,34 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
-from ..export import ExportError, csv_text, folder_rows, run_folders
+from ..export import ExportError, _read, csv_text, folder_rows, run_folders
+from ..registry import BENCHMARKS
+from ..uncertainty import benjamini_hochberg, holm, paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
+PAIRED_FIELDS = ("ci_low", "ci_high", "p_value", "p_holm", "p_bh", "verdict", "n_items")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    c = sub.add_parser("compare", help="per-metric difference between two run folders (B - A)")
+    c = sub.add_parser("compare", help="per-metric difference between two run folders (B - A), tested item by item")
     c.add_argument("a", metavar="A", help="a run folder (the baseline)")
     c.add_argument("b", metavar="B", help="another run folder")
     c.add_argument("--out", default=None, metavar="FILE", help="also write the table: FILE.json as JSON, otherwise CSV")
+    c.add_argument("--bootstrap-resamples", "--bootstrap-cycles", "--bootstrap-iters", dest="bootstrap_resamples", type=int,
+                   default=1000, metavar="N", help="paired bootstrap resamples and random permutations (default 1000; 0: no paired test)")
+    c.add_argument("--seed", type=int, default=0, help="the seed of the paired bootstrap and permutations (default 0)")
     return c
 
 
-def _one(path: str) -> list[dict]:
+def _one(path: str) -> tuple[list[dict], Path]:
     runs = run_folders([path])
     if len(runs) != 1:
         raise ExportError(f"{path}: holds {len(runs)} runs (a sweep's folder?); name one of them: "
                           + ", ".join(str(d) for _, d in runs[:3]))
     name, folder = runs[0]
-    return folder_rows(name, folder)
+    return folder_rows(name, folder), folder
 
 
 def _num(v) -> float | None:
@@ -53,6 +66,56 @@ def table(a: list[dict], b: list[dict]) -> list[dict]:
     return out
 
 
+def _benchmarks_by_group(folder: Path) -> dict[str, Any]:
+    """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
+    meta = _read(folder / "run.json")
+    names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
+    out = {}
+    for n in names:
+        if isinstance(n, str) and n in BENCHMARKS:
+            try:
+                bench = BENCHMARKS.get(n)
+            except Exception:  # noqa: BLE001 - an uninstalled plugin: its metrics get no paired test
+                continue
+            out[bench.group.upper()] = bench
+    return out
+
+
+def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int) -> list[dict]:
+    """Each row whose metric both runs hold item by item gets its paired test; Holm over them all."""
+    benches = _benchmarks_by_group(fa)
+    evals: dict[tuple[str, str], Any] = {}
+
+    def file(folder: Path, group: str) -> Any:
+        key = (str(folder), group)
+        if key not in evals:
+            f = folder / f"{group}_EVAL.json"
+            evals[key] = _read(f) if f.is_file() else {}
+        return evals[key]
+
+    tested = []
+    for r in rows:
+        bench = benches.get(r["benchmark"].upper())
+        if bench is None or r["a"] is None or r["b"] is None:
+            continue
+        ea, eb = file(fa, r["benchmark"]), file(fb, r["benchmark"])
+        sa = bench.item_sample(r["metric"], ea) if isinstance(ea, dict) else None
+        sb = bench.item_sample(r["metric"], eb) if isinstance(eb, dict) else None
+        if sa is None or sb is None:
+            continue
+        try:
+            r["paired"] = paired(sa, sb, n_resamples, seed)
+        except ValueError as e:
+            r["paired"] = {"verdict": f"no test ({e})"}
+        tested.append(r)
+    ps = [r["paired"].get("p_value") for r in tested]
+    for r, p, q in zip(tested, holm(ps), benjamini_hochberg(ps)):
+        r["paired"]["p_holm"], r["paired"]["p_bh"] = p, q
+        if p is not None and r["paired"]["verdict"] in ("B > A", "B < A") and p >= 1 - r["paired"]["confidence_level"]:
+            r["paired"]["verdict"] = "inside the noise after Holm's adjustment"
+    return rows
+
+
 def _fmt(v: float | None, signed: bool = False) -> str:
     if v is None:
         return "-"
@@ -64,19 +127,47 @@ def render(rows: list[dict], a: str, b: str) -> str:
     head = f"{'metric':<{w}}  {'A':>10}  {'B':>10}  {'B - A':>10}"
     body = [f"{r['benchmark'] + '/' + r['metric']:<{w}}  {_fmt(r['a']):>10}  {_fmt(r['b']):>10}  {_fmt(r['delta'], True):>10}"
             for r in rows]
-    return "\n".join([f"A = {a}", f"B = {b}", head, *body]) + "\n"
+    lines = [f"A = {a}", f"B = {b}", head, *body]
+    tested = [r for r in rows if "paired" in r]
+    if tested:
+        pr = tested[0]["paired"]
+        lines += ["", f"paired, on the items both runs scored ({pr.get('n_resamples')} resamples, seed {pr.get('seed')}, "
+                      f"{100 * pr.get('confidence_level', 0.95):.0f}% interval of B - A; p: permutation test, Holm-adjusted over "
+                      f"{len(tested)} metrics):",
+                  f"{'metric':<{w}}  {'B - A':>10}  {'interval':>21}  {'p':>8}  {'p (Holm)':>8}  {'items':>6}  verdict"]
+        for r in tested:
+            p = r["paired"]
+            ci = p.get("percentile")
+            span = f"[{_fmt(ci[0], True)}, {_fmt(ci[1], True)}]" if ci else "-"
+            n = sum((p.get("n_items") or {}).values())
+            lines.append(f"{r['benchmark'] + '/' + r['metric']:<{w}}  {_fmt(p.get('delta'), True):>10}  {span:>21}  "
+                         f"{_fmt(p.get('p_value')):>8}  {_fmt(p.get('p_holm')):>8}  {n:>6}  {p['verdict']}"
+                         + ("  (exact)" if p.get("exact") else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _flat(r: dict) -> dict:
+    p = r.get("paired") or {}
+    ci = p.get("percentile") or [None, None]
+    return {**{k: r[k] for k in FIELDS}, "ci_low": ci[0], "ci_high": ci[1], "p_value": p.get("p_value"),
+            "p_holm": p.get("p_holm"), "p_bh": p.get("p_bh"), "verdict": p.get("verdict"), "n_items": sum((p.get("n_items") or {}).values()) or None}
 
 
 def dump(rows: list[dict], path: Path, a: str, b: str) -> None:
     if path.suffix.lower() == ".json":
         path.write_text(json.dumps({"a": a, "b": b, "metrics": rows}, indent=2, allow_nan=False), encoding="utf-8")
         return
-    path.write_text(csv_text(rows, FIELDS), encoding="utf-8")
+    paired_too = any("paired" in r for r in rows)
+    path.write_text(csv_text([_flat(r) for r in rows] if paired_too else rows, FIELDS + PAIRED_FIELDS if paired_too else FIELDS),
+                    encoding="utf-8")
 
 
 def cmd(args: argparse.Namespace) -> int:
     try:
-        rows = table(_one(args.a), _one(args.b))
+        (ra, fa), (rb, fb) = _one(args.a), _one(args.b)
+        rows = table(ra, rb)
+        if args.bootstrap_resamples > 0:
+            rows = add_paired(rows, fa, fb, args.bootstrap_resamples, args.seed)
         sys.stdout.write(render(rows, args.a, args.b))
         if args.out:
             dump(rows, Path(args.out), args.a, args.b)

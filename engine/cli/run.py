@@ -15,6 +15,7 @@ from ..benchmark import Benchmark
 from ..menu import did_you_mean
 from ..registry import BENCHMARKS
 from ..report import write_report_html
+from ..backend import ServingError
 from ..cache import Cache, CacheWriteError
 from ..distributed import Group, launch, prepare
 from ..distributed.checkpoints import shared_graph
@@ -22,6 +23,7 @@ from ..executor import Executor
 from ..graph import Graph, GraphError
 from ..outputs import Interrupted, NotOurs, check_names, print_failures, print_run, write
 from ..planner import plan
+from ..progress import hushed
 from ..redact import redact_argv
 from ..resources import MissingResource, ResourceSet
 from .. import runlog
@@ -168,7 +170,8 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     out = Path(args.out or "evaldag-out")
     old = term_raises()
     try:
-        return _cmd(args, group)
+        with hushed(args.quiet):  # --quiet: no lines about a server's retries either
+            return _cmd(args, group)
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
         signum = getattr(e, "signum", signal.SIGINT)
         what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"
@@ -300,7 +303,7 @@ def _one_run(args: argparse.Namespace, benches: list[Benchmark], group: Group | 
                      force=args.refresh is not None, deterministic=args.deterministic,
                      init_cache=args.init_cache, lock_timeout=args.lock_timeout,
                      provenance={"command": args.command_line, **getattr(args, "sweep_provenance", {})})
-    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure) as e:  # a full disk too: one line
+    except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure, ServingError) as e:  # a full disk, a server gone: one line
         flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
         hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
         print(f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else ""), file=sys.stderr)

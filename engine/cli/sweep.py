@@ -28,6 +28,7 @@ from .. import checkpoints, selection
 from ..adapters.spec import has_scheme
 from ..cache.safety import NotACache, cache_root, root_state, writable, write_marker
 from ..cache.shards import ShardRecord, sweep_id
+from ..redact import redact_text
 
 
 def expand_models(values: list[str] | None) -> list[str]:
@@ -51,6 +52,7 @@ def expand_models(values: list[str] | None) -> list[str]:
 
 def folder_names(models: list[str]) -> list[str]:
     """An output folder name per checkpoint: its last path part, longer where two would clash."""
+    models = [redact_text(m) for m in models]  # a password or key in a server's URL names no folder
     parts = [Path(m.rstrip("/")).parts or (m,) for m in models]
     for depth in range(1, max(len(p) for p in parts) + 1):
         names = [re.sub(r"[^\w.+-]+", "-", "-".join(p[-depth:])).strip("-") or "model" for p in parts]

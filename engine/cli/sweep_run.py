@@ -31,6 +31,7 @@ from ..distributed.group import RankFailure
 from ..distributed.sharded import cache_reads
 from ..outputs import NotOurs, check_names, staged
 from ..report import write_report_html
+from ..redact import redact_text
 from ..sweepdir import SWEEP_FILE, comparison, sweep_record, table_text
 from .models import for_model
 from . import sweep
@@ -96,7 +97,7 @@ def run_sweep(args: argparse.Namespace, benches: list, group: Any, out: Path, mo
         codes = []
         for m in order:  # one run per checkpoint, each its own Namespace
             _next_base(m, args)
-            codes.append(one(for_model(args, m), benches, group, out / names[m], report=False, label=f"{names[m]} ({m})"))
+            codes.append(one(for_model(args, m), benches, group, out / names[m], report=False, label=f"{names[m]} ({redact_text(m)})"))
             if codes[-1] in (2, 130) or (group is not None and group.broken):
                 return codes[-1]
         code = max(codes)
@@ -132,7 +133,7 @@ def _by_checkpoint(args: argparse.Namespace, benches: list, group: Any, out: Pat
     codes = [code]
     for m in mine:
         _next_base(m, args)
-        codes.append(one(for_model(args, m), benches, None, out / names[m], report=False, label=f"{names[m]} ({m})"))
+        codes.append(one(for_model(args, m), benches, None, out / names[m], report=False, label=f"{names[m]} ({redact_text(m)})"))
         if codes[-1] in (2, 130):
             break
     try:  # the slowest rank sets the pace: waiting here is bounded by EVALDAG_DIST_TIMEOUT

@@ -65,6 +65,13 @@ def summary_with_reasons(summary: dict[str, Any], evals: dict[str, Any]) -> dict
     return out
 
 
+def with_backends(evals: dict[str, Result], served: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Each metric's Result, with ``"served_by": {resource: backend}`` beside its ``agg_value`` when
+    a ``--fallback`` ran (RunResult.served_by), as a ``reason`` sits there: the numbers keep
+    open-unlearning's shape, and a run without a fallback writes exactly what it always did."""
+    return {n: {**r.to_dict(), "served_by": redact(served[n])} if served.get(n) else r for n, r in evals.items()}
+
+
 def _dump(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True, allow_nan=False))
 
@@ -137,7 +144,7 @@ def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Se
     for g in groups:
         name = g.upper() if g else run_name
         evals = {n: v for n, v in result.results(g).items() if isinstance(v, Result)}
-        _dump(out / f"{name}_EVAL.json", evals)
+        _dump(out / f"{name}_EVAL.json", with_backends(evals, result.served_by(g)))
         _dump(out / f"{name}_SUMMARY.json", summary_with_reasons(result.summary(g), evals))
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
     _dump(out / "run.json", run_json(result, benchmarks, refresh))

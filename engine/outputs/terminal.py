@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..redact import redact
 from ..results import NONFINITE, Result, RunResult
 
 
@@ -21,25 +22,33 @@ def fmt(x: object) -> str:
 def print_run(result: RunResult, out: Path | None = None, label: str | None = None) -> None:
     """The headline of each benchmark, then the run's counts; ``label`` names the
     checkpoint on each block's title line (a sweep prints one block per checkpoint)."""
-    groups = [g for g in result.graph.groups if g is not None] or [None]
+    grouped = [g for g in result.graph.groups if g is not None]  # and the run's own metrics (--add-metric), as the files have them
+    groups = grouped + [None] if None in result.graph.groups or not grouped else grouped
     width = max([32] + [len(n) for v in result.graph.vertices.values() for _, n in v.names]) + 1
+    served = result.served_by()  # with a --fallback: which backend each number came from
     for g in groups:
-        if g or label:
-            print(f"== {' · '.join(x for x in (g, label) if x)}")
+        if g or label or grouped:
+            print(f"== {' · '.join(x for x in (g or 'RUN', label) if x)}")  # RUN: the metrics of RUN_EVAL.json
         for key in result.graph.roots:
             v = result.graph.vertices[key]
-            if not v.names or v.names[0][0] != g:
+            if (v.names[0][0] if v.names else None) != g:
                 continue
-            name = v.names[0][1]
+            name = v.names[0][1] if v.names else v.label
             rec = result.records[key]
             val = result.value(f"{g}/{name}" if g else name) if rec.status in ("computed", "cached") else None
+            if val is not None and not isinstance(val, (Result, int, float)):
+                continue  # a scorer's raw arrays are no metric value (the files leave them out too)
             agg = val.agg_value if isinstance(val, Result) else val
             blank = agg is None or (isinstance(agg, float) and math.isnan(agg))  # a NaN row says why
             blank = blank or (agg == 0 and not isinstance(agg, bool))  # so does a collapsed aggregate
             noted = isinstance(val, Result) and bool(val.reason) and (blank or val.reason.startswith(NONFINITE))
             why = f"  ({val.reason})" if noted else ""
             why = why or (f"  ({rec.problem})" if rec.problem else "")
-            print(f"  {name:{width}s} {fmt(agg):>12s}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
+            by = served.get(name)
+            why = (f"  served by {redact(', '.join(by.values()) if len(by) == 1 else str(by))}" if by else "") + why
+            ci = val.extra.get("percentile") if isinstance(val, Result) else None  # an interval node's (uncertainty.py)
+            span = f" [{fmt(ci[0])}, {fmt(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
+            print(f"  {name:{width}s} {fmt(agg):>12s}{span}   [{rec.status}{', ' + rec.reason if rec.reason else ''}]{why}")
     ex = result.executor
     counts = {s: result.count(s) for s in ("computed", "cached", "failed", "skipped")}
     print(

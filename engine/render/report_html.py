@@ -169,7 +169,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
                 if val is None:
                     val = headline(r.evals.get(bench, {}).get(name))
                 vals.append(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None)
-                cells.append(num_cell(vals[-1]))
+                cells.append(_served(num_cell(vals[-1]), r.evals.get(bench, {}).get(name)))
             cells += [_delta_cell(vals[0], v) for v in vals[1:]]  # side by side: each later run minus the first
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
@@ -185,6 +185,16 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
         return '<p class="ed-muted">No metric values found.</p>'
     return '<p class="ed-muted">Headline numbers (the SUMMARY files) in bold, then every other metric\'s agg_value. ' \
            "Click a column to sort.</p>" + "".join(out)
+
+
+def _served(cell: str, entry: Any) -> str:
+    """A value's cell with the backend that served it under the number, where its EVAL entry says
+    (``served_by``: a run with a ``--fallback``; the engine redacted it)."""
+    by = entry.get("served_by") if isinstance(entry, dict) else None
+    if not isinstance(by, dict) or not by or not cell.endswith("</td>"):
+        return cell
+    text = ", ".join(str(b) for b in by.values()) if len(by) == 1 else "; ".join(f"{k}: {b}" for k, b in sorted(by.items()))
+    return cell[: -len("</td>")] + f'<br><small class="ed-muted">served by {escape(text)}</small></td>'
 
 
 def _delta_cell(first: float | None, other: float | None) -> str:

@@ -232,3 +232,31 @@ def test_without_peft_or_with_a_broken_config_an_adapter_is_one_line(adapters, t
     assert err == (f"evaldag: error: --model {adapters['a']} is a PEFT adapter (adapter_config.json); loading it "
                    "needs peft: pip install 'evaldag[peft]'")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_of_a_base_with_another_hidden_size_is_one_line_before_loading(tmp_path):
+    """An adapter trained on another base (hidden size 32) pointed at the fixture base (64): its
+    lora_A/lora_B shapes are checked against the base's config.json before any weight loads."""
+    _need_peft()
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    small = LlamaForCausalLM(LlamaConfig(vocab_size=1024, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=2, head_dim=16))
+    adapter = tmp_path / "lora-of-a-32-base"
+    get_peft_model(small, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"],
+                                     init_lora_weights=False)).save_pretrained(str(adapter))
+    conf = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**conf, "base_model_name_or_path": str(BASE)}))
+    out = tmp_path / "out"
+    r = subprocess.run([str(Path(sys.executable).with_name("evaldag")), *ARGS, "--model", str(adapter), "--out", str(out),
+                        "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr[-3000:]
+    assert lines[0] == (f"evaldag: error: --model {adapter}: adapter_model.safetensors does not fit its base {BASE}: "
+                        "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight has 32 output features, the "
+                        "base's hidden_size is 64 (config.json); the adapter was trained on another base"), lines[0]
+    assert not out.exists()

@@ -137,6 +137,30 @@ def test_a_tokenizer_without_pad_whose_bos_is_its_eos_gets_one_warning_pointing_
     assert code == 0 and "bos equals its eos" not in capsys.readouterr().err
 
 
+def test_a_pad_eos_the_chat_template_writes_gets_the_same_one_warning_under_the_chat_template(tmp_path, capsys):
+    """Llama-3-Instruct's shape (ChatML's too): no pad token, so pad = eos = the token ending every chat turn;
+    open-unlearning's `ids != pad` masking then hides each turn's end of the prompt. Plain prompts hold none."""
+    import shutil
+
+    model = tmp_path / "eot"
+    shutil.copytree(TARGET, model)
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        data = json.loads((model / name).read_text())
+        data.pop("pad_token", None)
+        data["eos_token"] = "<|eot_id|>"
+        (model / name).write_text(json.dumps(data))
+    code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--template", "chat",
+               "--quiet")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [x for x in err.splitlines() if "warning" in x] == [
+        f"evaldag: warning: --model {model}: the pad token <|eot_id|> (pad = eos) is also written by the chat template "
+        "at each turn's end, so the default masking hides every <|eot_id|> of the prompt from attention and changes "
+        "scores; --attention-mask padding masks only padding (docs/gotchas.md)"], err
+    code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--quiet")
+    assert code == 0 and "warning" not in capsys.readouterr().err  # the plain template writes no <|eot_id|>
+
+
 def test_a_checkpoint_without_tokenizer_is_refused_up_front_and_tokenizer_supplies_one(tmp_path, capsys):
     import shutil
 

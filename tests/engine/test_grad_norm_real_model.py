@@ -1,28 +1,23 @@
 """GradNorm on SmolLM2-135M-Instruct (tied embeddings, pad == eos, 49,152 tokens): ghost
-norms in one padded batch equal one backward per row. Skipped unless the model is installed
-(tests/real_smollm2.py); about 30 s on one CPU thread."""
+norms in one padded batch equal one backward per row. Part of the real-model tier (the
+session's one loaded model, tests/realmodel.py); about 30 s on one CPU thread."""
 
 from __future__ import annotations
 
 import pytest
 
-from ..conftest_models import one_thread, tofu_rows
-from ..real_smollm2 import MISSING, load_smollm2, smollm2_dir
+from ..conftest_models import tofu_rows
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-FOLDER = smollm2_dir()
-pytestmark = pytest.mark.skipif(FOLDER is None, reason=MISSING)
+pytestmark = pytest.mark.realmodel
 
 
-def test_ghost_norms_of_a_real_tied_model_equal_one_backward_per_row():
+def test_ghost_norms_of_a_real_tied_model_equal_one_backward_per_row(smollm):
     from evaldag.engine.adapters.base import PromptTemplate
     from evaldag.engine.adapters.hf import HFAdapter, HFModel
     from evaldag.metrics.unlearning import grad_backend
     from evaldag.metrics.unlearning.grad_backend import GradNorm
 
-    one_thread()
-    model, tok = load_smollm2(FOLDER)
+    model, tok = smollm.model, smollm.tokenizer
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     res = HFModel.from_pretrained_objects(model, tok, name="smollm2-135m")
     enc = res.encoder()

@@ -161,3 +161,23 @@ def test_unknown_scheme_and_schemes_are_never_paths():
     assert spec.parse("openai:http://[::1]:8000/v1?x=1").target == "http://[::1]:8000/v1?x=1"
     assert spec.has_scheme("openai:http://h/v1?a=[1]") and not spec.has_scheme("ckpt-*")
     assert not spec.has_scheme("C:\\models\\x")
+
+
+def test_the_deadline_bounds_one_call_with_its_retries_and_says_the_last_status(stub):
+    script, url = stub({"/v1/x": [(200, {"ok": 1}, 2.0)]})
+    said = []
+    c = Client(url, retries=5, timeout=5, deadline=0.6, backoff=0.01, say=said.append)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as e:
+        c.post("/v1/x", {})
+    assert time.monotonic() - t0 < 1.5 and e.value.status == 0
+    assert str(e.value) == (f"openai:{url}: POST /v1/x: gave up at the deadline of 0.6 s after 1 try (last: no answer: "
+                            "timed out); more time: --model-arg deadline=SECONDS")
+    assert said == []  # nothing was retried: the deadline cut the first try short
+
+
+def test_retry_lines_are_said_at_most_once_a_second_and_count_the_others(stub):
+    script, url = stub({"/v1/x": [(503, {"detail": "busy"}, 0)] * 3 + [(200, {"ok": 1}, 0)]})
+    said = []
+    assert Client(url, backoff=0.01, say=said.append).post("/v1/x", {}) == {"ok": 1}
+    assert said == [f"evaldag: openai:{url}: POST /v1/x answered 503: busy: retrying in 0.01 s (try 2 of 5)"]

@@ -47,7 +47,7 @@ def test_token_stats_equal_hf_within_1e_4(pair):
     assert worst < 1e-4, worst
     for w, g in zip(want, got):
         assert np.array_equal(w.argmax, g.argmax)
-        assert np.isnan(g.mu).all() and np.isnan(g.var).all()  # no full-vocabulary statistics from a server
+        assert g.mu is None and g.var is None  # no full-vocabulary statistics from a server: not available, not NaN
     assert oa.describe()["logprob_mode"] == "prompt_logprobs"
 
 

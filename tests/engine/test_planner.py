@@ -91,7 +91,8 @@ from evaldag.engine.requests import TokenStats
 def _stats(model, data):
     enc = model.encoder()
     got = yield [TokenStats(tuple(enc.encode(r["q"])), tuple(enc.encode(r["a"], add_special_tokens=False))) for r in data]
-    return {"lp": [g.logprob.tolist() for g in got], "mu": [g.mu.tolist() for g in got], "var": [g.var.tolist() for g in got]}
+    listed = lambda a: None if a is None else a.tolist()  # noqa: E731 - None: not available from this backend
+    return {"lp": [g.logprob.tolist() for g in got], "mu": [listed(g.mu) for g in got], "var": [listed(g.var) for g in got]}
 
 
 lp_stats = metric("limbench_lp_stats", version="1", needs=("model", "data"), register=False,

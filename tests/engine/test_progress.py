@@ -62,6 +62,11 @@ def test_a_pipe_shows_nothing_unless_forced_then_plain_lines(tmp_path):
     assert lines and "\r" not in forced.stderr
     done, total = lines[-1].split(": ")[1].split(" ")[0].split("/")
     assert done == total and int(total) > 0 and "(100%)" in lines[-1]
+    stages = [x for x in forced.stderr.splitlines() if x.startswith("evaldag: stage ")]
+    n = len(stages)
+    assert n >= 2 and [x.split(":")[1] for x in stages] == [f" stage {k} of {n}" for k in range(1, n + 1)]
+    assert "scorers (" in stages[0] and "aggregators" in stages[-1]
+    assert not [x for x in piped.stderr.splitlines() if x.startswith("evaldag: stage ")]  # only when progress is shown
 
 
 @metric("test_slow_sum", version="1", needs=("data",))
@@ -81,26 +86,44 @@ def test_an_aggregator_stage_longer_than_a_second_gets_a_bar(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("evaldag aggregators: 1/1 nodes (100%)")
     run([_quick(name="quick")], {"data": Rows(lambda: [1, 2])}, cache=tmp_path / "c", progress=True)
-    assert "aggregators" not in capsys.readouterr().err  # a stage under a second shows nothing
+    assert "evaldag aggregators" not in capsys.readouterr().err  # a stage under a second shows no bar
+
+
+class Sink:
+    """A stream that keeps the lines a bar prints."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, s):
+        self.lines += [x for x in s.splitlines() if x]
+
+    def flush(self):
+        pass
 
 
 def test_forced_lines_on_a_pipe_come_at_most_every_interval():
-    class Sink:
-        def __init__(self):
-            self.lines = []
-
-        def write(self, s):
-            self.lines += [x for x in s.splitlines() if x]
-
-        def flush(self):
-            pass
-
     sink = Sink()
     bar = progress.LineBar(100, "evaldag x", "tok", sink, interval=3600)
     for _ in range(10):
         bar.update(10)
     bar.close()
     assert [x.split(",")[0] for x in sink.lines] == ["evaldag x: 10/100 tok (10%)", "evaldag x: 100/100 tok (100%)"]
+
+
+def test_a_plain_bar_prints_every_interval_while_nothing_finishes():
+    """On a pipe a long step (one generation batch) still gives a line every few seconds."""
+    import time
+
+    sink = Sink()
+    bar = progress.LineBar(100, "evaldag generate", "tok", sink, interval=0.2)
+    bar.update(5)
+    time.sleep(1.1)  # no update: the heartbeat prints
+    beats = len(sink.lines)
+    bar.close()
+    assert beats >= 4 and all(x.startswith("evaldag generate: 5/100 tok (5%), ") for x in sink.lines[:beats])
+    time.sleep(0.3)
+    assert len(sink.lines) == beats  # closed: nothing more (5 was already shown)
 
 
 @pytest.mark.parametrize("forced, tty, shown", [(None, True, True), (None, False, False), (True, False, True),

@@ -24,4 +24,6 @@ def test_run_json_and_report_name_the_checkpoints(tmp_path):
     for name in ("model", "retain_model"):
         assert str(Path(res[name]["path"])) in html
         assert res[name]["fingerprint"][:12] in html
-    assert f"{res['model']['path']} · {res['model']['fingerprint'][:12]}" in html  # the column's subtitle
+    # the column's subtitle: the model's last part and its fingerprint; the full path on hover
+    assert f"{Path(res['model']['path']).name} · {res['model']['fingerprint'][:12]}" in html
+    assert f"\nmodel: {res['model']['path']}\"" in html

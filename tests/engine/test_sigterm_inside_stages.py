@@ -61,3 +61,78 @@ def test_sigterm_inside_a_long_stage(tmp_path, stage):
     info = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", "cache", "info", "--cache-dir", str(cache)],
                           capture_output=True, text=True, check=True)
     assert json.loads(info.stdout)["requests"] >= 40, info.stdout
+
+
+def test_a_second_run_does_not_wait_for_the_first_runs_generation(tmp_path):
+    """The first run stores and unlocks its token-statistics node before its (slowed) generation:
+    a second run needing only that node finishes while the first is still generating."""
+    patch, _ = SLOW["generation"]
+    marker = tmp_path / "inside"
+    code = (f"import sys, time\nfrom pathlib import Path\ndef mark():\n    Path({str(marker)!r}).touch()\n" + patch
+            + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))")
+    cache = tmp_path / "cache"
+    base = ["run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"), "--quiet",
+            "--cache-dir", str(cache)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", code, *base, "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE",
+                              "--out", str(tmp_path / "a")], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 240
+        while not marker.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.exists()
+        second = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", *base, "--metrics", "forget_Q_A_Prob",
+                                 "--out", str(tmp_path / "b"), "--lock-timeout", "60"], capture_output=True, text=True, env=env)
+        assert second.returncode == 0, second.stderr
+        assert first.poll() is None  # still generating
+        run = json.loads((tmp_path / "b" / "run.json").read_text())
+        assert run["executor"]["sequences_forwarded"] == 0 and run["lock_wait_seconds"] < 5
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_the_waiting_line_says_what_the_holder_computes(tmp_path):
+    from evaldag.engine.cache.nodes import NodeStore
+
+    store = NodeStore(tmp_path)
+    lk = store.try_lock("ab" * 32, doing="qa_generations[362165] on /models/target")
+    try:
+        other = NodeStore(tmp_path).lock("ab" * 32)
+        assert other.holder().startswith(f"lock held by pid {os.getpid()} on ")
+        assert ", computing qa_generations[362165] on /models/target" in other.holder()
+    finally:
+        lk.release()
+
+
+def test_generations_finished_before_a_stop_are_kept(tmp_path):
+    """One continuous generation batch, stopped after some rows finished: those rows are stored
+    (the executor stores each as it finishes), and the next run generates only the others."""
+    fin = tmp_path / "finished"
+    prelude = ("import sys, time\nfrom pathlib import Path\nfrom evaldag.engine.adapters import hf_generation as m\n"
+               "seen = []\nreal_finished = m.finished\n"
+               "def counted(i, r):\n    real_finished(i, r); seen.append(i)\n"
+               f"    Path({str(fin)!r}).write_text(str(len(seen)))\n"
+               "m.finished = counted\ncls = m.DecodeLoop\nreal = cls._forward\n"
+               "def slow(self, *a, **k):\n    time.sleep(0.05); return real(self, *a, **k)\n"
+               "cls._forward = slow\n")
+    code = prelude + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+    cache = tmp_path / "cache"
+    base = ["run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
+            "--metrics", "forget_Q_A_ROUGE", "--max-new-tokens", "48", "--quiet", "--cache-dir", str(cache)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", code, *base, "--out", str(tmp_path / "a")], stderr=subprocess.PIPE,
+                         text=True, env=env)
+    deadline = time.time() + 240
+    while not (fin.exists() and int(fin.read_text() or 0) >= 3) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-2000:]
+    kept = int(fin.read_text())
+    assert 3 <= kept < 40
+    again = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", *base, "--out", str(tmp_path / "b")],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    ex = json.loads((tmp_path / "b" / "run.json").read_text())["executor"]
+    assert ex["by_kind"]["generate"]["cached"] >= kept and ex["generations"] == 40 - ex["by_kind"]["generate"]["cached"]

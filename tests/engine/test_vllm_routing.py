@@ -22,7 +22,8 @@ from evaldag.engine.requests import Request, TokenStats, TokenStatsResult
 
 
 class _NoVocab(ToyModel):
-    """The toy's weights, served like vLLM: log-prob and argmax, mu and var NaN."""
+    """The toy's weights, served like vLLM: log-prob and argmax; its mu and var NaN placeholders
+    are taken as not available (None) by the executor."""
 
     backend = "novocab"
 
@@ -53,7 +54,7 @@ class _NoVocab(ToyModel):
 @metric("routing_stats", version="1", needs=("model",), register=False, requests={"model": {"token_stats": ("logprob",)}})
 def _stats(model):
     got = yield [TokenStats((1, 2, 3), (4, 5, 6)), TokenStats((1, 7), (8, 9))]
-    return {"lp": [g.logprob.tolist() for g in got], "mu": [g.mu.tolist() for g in got]}
+    return {"lp": [g.logprob.tolist() for g in got], "mu": [None if g.mu is None else g.mu.tolist() for g in got]}
 
 
 @metric("routing_lp", version="1", parents={"s": _stats()}, register=False)

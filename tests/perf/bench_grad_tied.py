@@ -102,7 +102,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from tests.conftest_models import TINY_LLAMA
-    from tests.real_smollm2 import load_smollm2, smollm2_dir
+    from tests.realmodel import load_smollm2, smollm2_dir
     from transformers import AutoTokenizer
 
     tiny_tok = AutoTokenizer.from_pretrained(str(TINY_LLAMA / "target"))

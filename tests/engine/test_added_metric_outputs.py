@@ -1,0 +1,47 @@
+"""``--add-metric FILE.py``: only Results reach the files, and every added metric is in the table."""
+
+import json
+from pathlib import Path
+
+from ..inprocess import run_cli
+
+FIX = Path(__file__).parents[1] / "fixtures"
+FILE = '''
+import numpy as np
+from evaldag.engine import Params, Result, TokenStats, metric, pack_token_stats, unpack_token_stats
+
+
+class AnswerParams(Params):
+    field: str = "answer"
+
+
+@metric("t39_answer_stats", version="1", params=AnswerParams, needs=("model", "data"))
+def answer_stats(model, data, params):
+    enc = model.encoder()
+    results = yield [TokenStats(tuple(enc.encode(r["question"])),
+                                tuple(enc.encode(r[params.field], add_special_tokens=False))) for r in data]
+    return pack_token_stats(results)
+
+
+@metric("t39_mean_nll", version="1", parents={"stats": "t39_answer_stats"})
+def mean_nll(stats):
+    per_item = [float(-s.logprob.mean()) for s in unpack_token_stats(stats)]
+    return Result(float(np.mean(per_item)), {str(i): {"nll": x} for i, x in enumerate(per_item)})
+'''
+
+
+def test_a_scorers_arrays_stay_out_of_the_files_and_the_metric_is_in_the_table(tmp_path):
+    f = tmp_path / "my_metrics.py"
+    f.write_text(FILE)
+    out = tmp_path / "out"
+    r = run_cli(["run", "tofu", "--model", FIX / "tiny-llama" / "target", "--data", FIX / "tofu_tiny", "--limit", "3",
+                 "--metrics", "forget_Q_A_Prob", "--add-metric", f, "--out", out, "--cache-dir", tmp_path / "c"])
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "RUN_SUMMARY.json").read_text())
+    evals = json.loads((out / "RUN_EVAL.json").read_text())
+    assert list(summary) == ["t39_mean_nll"] and list(evals) == ["t39_mean_nll"]
+    assert (out / "RUN_SUMMARY.json").stat().st_size < 200  # no argmax/logprob/mu/var arrays
+    lines = r.stdout.splitlines()
+    at = lines.index("== RUN")
+    assert lines[at + 1].split()[:2] == ["t39_mean_nll", f"{summary['t39_mean_nll']:.4g}"]
+    assert not any("t39_answer_stats" in x for x in lines)

@@ -1,0 +1,61 @@
+"""``evaldag compare A B``: the paired test of each metric from the runs' per-item values."""
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from evaldag.engine import cli
+
+OU = Path(__file__).parents[1] / "fixtures" / "open_unlearning"
+
+
+def _folder(path: Path, evals: dict) -> Path:
+    path.mkdir(parents=True)
+    (path / "TOFU_EVAL.json").write_text(json.dumps(evals))
+    (path / "TOFU_SUMMARY.json").write_text(json.dumps({k: v["agg_value"] for k, v in evals.items()}))
+    (path / "run.json").write_text(json.dumps({"nodes": {}, "benchmarks": ["tofu"], "provenance": {}}))
+    return path
+
+
+def _prob(values):
+    return {"agg_value": float(np.mean(values)), "value_by_index": {str(i): {"prob": v, "avg_loss": 1.0} for i, v in enumerate(values)}}
+
+
+def test_exact_permutation_p_value_on_five_items(tmp_path, capsys):
+    a, b = [0.1, 0.4, 0.3, 0.5, 0.2], [0.3, 0.5, 0.2, 0.9, 0.6]
+    fa, fb = _folder(tmp_path / "a", {"forget_Q_A_Prob": _prob(a)}), _folder(tmp_path / "b", {"forget_Q_A_Prob": _prob(b)})
+    assert cli.main(["compare", str(fa), str(fb), "--out", str(tmp_path / "d.json")]) == 0
+    d = np.subtract(b, a)
+    by_hand = sum(abs(np.sum(d * s)) >= abs(d.sum()) - 1e-12 for s in itertools.product((1, -1), repeat=5)) / 32
+    row = json.loads((tmp_path / "d.json").read_text())["metrics"][0]["paired"]
+    assert row["exact"] and row["permutations"] == 32 and row["p_value"] == pytest.approx(by_hand) == 6 / 32
+    assert row["verdict"] == "inside the noise"
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("TOFU/forget_Q_A_Prob") and "noise" in x)
+    assert line.endswith("inside the noise  (exact)")
+
+
+def test_paired_interval_and_holm_on_the_fixture_runs(tmp_path):
+    runs = {}
+    for m in ("retain", "target"):
+        runs[m] = _folder(tmp_path / m, json.loads((OU / f"{m}_TOFU_EVAL.json").read_text()))
+    assert cli.main(["compare", str(runs["retain"]), str(runs["target"]), "--bootstrap-resamples", "1000", "--seed", "4",
+                     "--out", str(tmp_path / "d.json")]) == 0
+    rows = {r["metric"]: r for r in json.loads((tmp_path / "d.json").read_text())["metrics"]}
+    assert "paired" not in rows["forget_quality"]  # no retain side in an EVAL file: no per-item form
+    p = rows["forget_Q_A_Prob"]["paired"]
+    vals = {m: np.array([json.loads((OU / f"{m}_TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]["value_by_index"][str(i)]["prob"]
+                         for i in range(40)]) for m in ("retain", "target")}
+    lo, hi = stats.bootstrap((vals["target"] - vals["retain"],), np.mean, n_resamples=1000, rng=np.random.default_rng(4),
+                             method="percentile").confidence_interval
+    assert p["percentile"] == pytest.approx([lo, hi], rel=1e-9) and p["verdict"] == "B > A"
+    assert rows["forget_truth_ratio"]["paired"]["verdict"] == "inside the noise"
+    assert rows["model_utility"]["paired"]["n_items"] == {"retain": 40, "ra": 20, "wf": 24}
+    tested = sorted((r["paired"]["p_value"], r["paired"]["p_holm"]) for r in rows.values() if "paired" in r)
+    m = len(rows) - 2  # all but forget quality and privleak (they need the retain side)
+    assert len(tested) == m == 31 and tested[0][1] == pytest.approx(min(1.0, m * tested[0][0]))
+    assert all(h >= p for p, h in tested)
