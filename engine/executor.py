@@ -39,7 +39,7 @@ from . import streaming
 from .batching import Budget, default_budget, halve, pack, padded_tokens
 from .cache import RequestStore
 from .cache.codec import CorruptEntryWarning
-from .progress import bar as progress_bar
+from .progress import Estimating, bar as progress_bar
 from .requests import Request, kind_of
 
 # Heavy import: tqdm (only when a bar is drawn), inside engine/progress.py.
@@ -331,7 +331,7 @@ class Executor:
 
     def _bar(self, kind: str, total: int) -> Any:
         """Tokens done, on a terminal (progress None) or when forced (True); see engine/progress.py."""
-        return progress_bar(total, f"evaldag {kind}", "tok", self.progress)
+        return Estimating(progress_bar(total, f"evaldag {kind}", "tok", self.progress), f"evaldag: {kind}", total, self.progress)
 
 
 def _length(item: tuple[str, Request]) -> int:

@@ -212,3 +212,33 @@ class hushed:
 
     def __exit__(self, *exc: object) -> None:
         _hushed_everywhere[0] = self.before
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``1.2 h``: how a time estimate is said."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+class Estimating:
+    """A bar that also says, once, how long the rest of its work will take: after a tenth of it
+    (or half a minute), from the rate so far. One line, when progress is shown."""
+
+    def __init__(self, inner: Any, desc: str, total: float, progress: bool | None):
+        self.inner, self.desc, self.total = inner, desc, total
+        self.on = total > 0 and wanted(progress, sys.stderr)
+        self.t0, self.done, self.said = time.monotonic(), 0.0, False
+
+    def update(self, n: float = 1) -> None:
+        self.inner.update(n)
+        self.done += n
+        elapsed = time.monotonic() - self.t0
+        if self.on and not self.said and 0 < self.done < self.total and (self.done >= self.total / 10 or elapsed >= 30):
+            self.said = True
+            left = elapsed * (self.total - self.done) / self.done
+            if left < 10:  # a short stage needs no forecast
+                return
+            print(f"{self.desc}: about {duration(left)} left ({int(self.done)} of {int(self.total)} tokens in "
+                  f"{duration(elapsed)})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -96,6 +96,9 @@ class UnlearningBenchmark(Benchmark):
     def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
         """Data first (a missing folder is the first error), then the retain logs, then the models."""
         resources = self.data_resources(cfg)
+        # the run's prompt template (--template / --template-args), for a user's scorer to encode
+        # with as the built-in scorers do: needs=("model", "data", "template")
+        resources["template"] = Value(cfg.template, source="--template")
         if cfg.retain_logs:
             logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
             resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))

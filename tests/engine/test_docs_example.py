@@ -127,7 +127,7 @@ def test_adding_a_metric_to_a_benchmark_runs(tmp_path, monkeypatch):
     exec(compile(block, str(DOC), "exec"), ns)
     tofu = ns["tofu"]
     assert tofu.ok
-    assert sorted(ns["resources"]) == ["model", "tofu_forget", "tofu_holdout", "tofu_ra", "tofu_retain", "tofu_wf"]  # as the page prints
+    assert sorted(ns["resources"]) == ["model", "template", "tofu_forget", "tofu_holdout", "tofu_ra", "tofu_retain", "tofu_wf"]  # as the page prints
     out = tmp_path / "results"
     assert set(json.loads((out / "TOFU_EVAL.json").read_text())) == {"forget_Q_A_Prob"}
     mine = json.loads((out / "RUN_EVAL.json").read_text())["forget_nll"]

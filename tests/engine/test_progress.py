@@ -126,6 +126,23 @@ def test_a_plain_bar_prints_every_interval_while_nothing_finishes():
     assert len(sink.lines) == beats  # closed: nothing more (5 was already shown)
 
 
+def test_an_estimate_of_the_rest_after_a_tenth(monkeypatch, capsys):
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    bar = progress.Estimating(progress.NoBar(), "evaldag: generate", 1000, True)
+    clock[0] += 20
+    bar.update(50)  # 5 %: too early to say
+    clock[0] += 20
+    bar.update(50)  # 10 % in 40 s: 360 s left
+    clock[0] += 20
+    bar.update(100)
+    bar.close()
+    assert capsys.readouterr().err.splitlines() == ["evaldag: generate: about 6.0 min left (100 of 1000 tokens in 40 s)"]
+    quick = progress.Estimating(progress.NoBar(), "evaldag: token_stats", 1000, True)
+    quick.update(500)
+    assert capsys.readouterr().err == ""  # under 10 s left: no forecast
+
+
 @pytest.mark.parametrize("forced, tty, shown", [(None, True, True), (None, False, False), (True, False, True),
                                                 (False, True, False)])
 def test_when_a_bar_is_wanted(forced, tty, shown):
