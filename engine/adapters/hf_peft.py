@@ -24,6 +24,7 @@ import gc
 import importlib.util
 import json
 import os
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,11 @@ class _SharedBase:
 
     def activate(self, m: HFPeftModel) -> Any:
         """The base with ``m``'s adapter added and current: the transformers model to run."""
+        with warnings.catch_warnings():  # peft calls a transformers method transformers deprecates: its
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)  # notice, not ours
+            return self._activate(m)
+
+    def _activate(self, m: HFPeftModel) -> Any:
         key = self._key(m)
         if key != self.key:
             self.release()

@@ -260,3 +260,13 @@ def test_an_adapter_of_a_base_with_another_hidden_size_is_one_line_before_loadin
                         "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight has 32 output features, the "
                         "base's hidden_size is 64 (config.json); the adapter was trained on another base"), lines[0]
     assert not out.exists()
+
+
+def test_a_run_on_an_adapter_prints_no_third_party_deprecation_notice(adapters, tmp_path):
+    """peft calls transformers' deprecated is_gradient_checkpointing: not a line of the user's run."""
+    from ..inprocess import run_cli
+
+    r = run_cli([*ARGS, "--model", str(adapters["a"]), "--limit", "2", "--out", str(tmp_path / "o"),
+                 "--cache-dir", str(tmp_path / "c")])
+    assert r.returncode == 0, r.stderr
+    assert "FutureWarning" not in r.stderr and "is_gradient_checkpointing" not in r.stderr, r.stderr

@@ -1,12 +1,14 @@
 """Shared prompt prefixes for truth-ratio scoring: is the question's KV, computed once and
 reused for its 7 answers, faster than scoring 7 full sequences, and are the log-probs equal?
 
-Run: python tests/perf/bench_prefix_sharing.py [--groups 400] [--repeat 2]
+Run: python tests/perf/bench_prefix_sharing.py [--groups 400] [--repeat 2] [--model PATH --template chat]
 
 Workload: TOFU forget10-size truth-ratio rows (bench_tofu_scale.write_data): each
 question with its answer, paraphrased answer and five perturbed answers, tokenized as
 open-unlearning does (prompt and answer apart). Two models: the trained tiny fixture
-(2 x 64) and the random 4 x 256 Llama of bench_tofu_scale.
+(2 x 64) and the random 4 x 256 Llama of bench_tofu_scale; ``--model`` adds a folder of
+your own (SmolLM2-135M-Instruct: bench_floor's docstring), ``--template chat`` its chat
+template.
 
 * plain: HFAdapter.run_batch on TokenStats, packed longest first under the CPU budget
   (what the executor does today; right padding).
@@ -14,8 +16,11 @@ open-unlearning does (prompt and answer apart). Two models: the trained tiny fix
   cache, the cache rows repeated for each answer, then one forward of the answers
   (right padded) on top of it, with position ids continuing each question's.
 
-Prints seconds (median of --repeat), tokens forwarded and the largest log-prob
-difference between the two.
+Prints CPU and wall seconds (median of --repeat), tokens forwarded, the largest log-prob
+difference between the two, and what that does to the metrics computed from them: the
+largest relative change of a row's probability (exp of the mean log-prob, as
+``*_Q_A_Prob``) and of a question's truth ratio, against the golden outputs' tolerance
+(2e-5 relative, tests/fidelity/test_golden_outputs.py).
 """
 
 from __future__ import annotations
@@ -91,10 +96,31 @@ def shared_prefix_logprobs(adapter, groups):
     return out, len(ctx) * wc + len(rows) * wa
 
 
+def metric_drift(reqs, got, shared, groups) -> str:
+    """The largest relative change, plain -> shared, of a row's probability and of a question's
+    truth ratio (mean of its perturbed answers' per-token probabilities over the paraphrased one's)."""
+    import numpy as np
+
+    p_plain = [float(np.exp(got[r].logprob.astype(np.float64).mean())) for r in reqs]
+    p_shared = [float(np.exp(s.astype(np.float64).mean())) for s in shared]
+    prob = max(abs(a - b) / max(a, b) for a, b in zip(p_plain, p_shared))
+    tr, at = 0.0, 0
+    for _, answers in groups:
+        n = len(answers)
+        if n == 7:  # answer, paraphrase, five perturbed: a question whose contexts all agree
+            ratio = [float(np.mean(p[at + 2 : at + 7]) / p[at + 1]) for p in (p_plain, p_shared)]
+            tr = max(tr, abs(ratio[0] - ratio[1]) / max(ratio))
+        at += n
+    return f"largest relative change: probability {prob:.1e}, truth ratio {tr:.1e} (golden tolerance 2e-5)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--model", action="append", default=[], help="another model folder (repeatable)")
+    ap.add_argument("--template", default="plain", choices=("plain", "chat"))
+    ap.add_argument("--only", action="store_true", help="only the --model folders")
     args = ap.parse_args()
     import numpy as np
     import torch
@@ -109,11 +135,13 @@ def main() -> None:
         tmp = Path(tmp)
         write_data(tmp / "data")
         rows = [json.loads(x) for x in (tmp / "data" / "forget10_perturbed.json").read_text().splitlines()][: args.groups]
-        models = {"trained fixture 2x64": FIX / "tiny-llama" / "target", "random 4x256": random_llama(tmp / "m", SMALL)}
+        models = {} if args.only else {"trained fixture 2x64": FIX / "tiny-llama" / "target",
+                                       "random 4x256": random_llama(tmp / "m", SMALL)}
+        models.update({Path(m).name: Path(m) for m in args.model})
         for name, path in models.items():
             res = HFModel(str(path))
             enc, adapter = res.encoder(), res.load()
-            plain = PromptTemplate.plain()
+            plain = PromptTemplate.chat() if args.template == "chat" else PromptTemplate.plain()
             groups = []
             for r in rows:
                 encs = [enc.encode_qa(r["question"], a, plain) for a in [r["answer"], r["paraphrased_answer"], *r["perturbed_answer"]]]
@@ -126,28 +154,31 @@ def main() -> None:
             reqs = [TokenStats(c, a) for c, answers in groups for a in answers]
             batches = pack(reqs, TokenStats.length, default_budget("cpu"))
             gbatches = [groups[i : i + QUESTIONS_PER_BATCH] for i in range(0, len(groups), QUESTIONS_PER_BATCH)]
-            t_plain, t_shared = [], []
+            t_plain, t_shared, c_plain, c_shared = [], [], [], []
             for _ in range(args.repeat):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 got = {}
                 padded = 0
                 for b in batches:
                     got.update(zip(b, adapter.run_batch(b)))
                     padded += adapter.last_batch_tokens[1]
                 t_plain.append(time.perf_counter() - t)
-                t = time.perf_counter()
+                c_plain.append(time.process_time() - c)
+                t, c = time.perf_counter(), time.process_time()
                 shared, fwd = [], 0
                 for gb in gbatches:
                     lp, n = shared_prefix_logprobs(adapter, gb)
                     shared += lp
                     fwd += n
                 t_shared.append(time.perf_counter() - t)
+                c_shared.append(time.process_time() - c)
             diff = max(float(np.abs(got[r].logprob - s).max()) for r, s in zip(reqs, shared))
             real = sum(r.length() for r in reqs)
             print(f"{name}: {len(rows)} questions x 7 answers = {len(reqs)} rows, {real} tokens, {len(groups)} distinct contexts")
-            print(f"  plain  (executor batches, right padded): {statistics.median(t_plain):6.2f} s, {padded} tokens forwarded")
-            print(f"  shared (question KV once):               {statistics.median(t_shared):6.2f} s, {fwd} tokens forwarded")
-            print(f"  largest log-prob difference: {diff:.2e}")
+            med = statistics.median
+            print(f"  plain  (executor batches, right padded): {med(c_plain):6.2f} CPU s, {med(t_plain):6.2f} wall s, {padded} tokens forwarded")
+            print(f"  shared (question KV once):               {med(c_shared):6.2f} CPU s, {med(t_shared):6.2f} wall s, {fwd} tokens forwarded")
+            print(f"  largest log-prob difference: {diff:.2e}; {metric_drift(reqs, got, shared, groups)}")
         one, five, _ = os.getloadavg()
         print(f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores")
 
