@@ -145,7 +145,11 @@ def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Se
         name = g.upper() if g else run_name
         evals = {n: v for n, v in result.results(g).items() if isinstance(v, Result)}
         _dump(out / f"{name}_EVAL.json", with_backends(evals, result.served_by(g)))
-        _dump(out / f"{name}_SUMMARY.json", summary_with_reasons(result.summary(g), evals))
+        summary = summary_with_reasons(result.summary(g), evals)
+        served = {n: redact(b) for n, b in result.served_by(g).items() if n in summary}
+        if served:  # a --fallback ran: which backend gave each headline number (numbers stay numbers)
+            summary["served_by"] = served
+        _dump(out / f"{name}_SUMMARY.json", summary)
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
     _dump(out / "run.json", run_json(result, benchmarks, refresh))
     written.append(out / "run.json")

@@ -85,6 +85,10 @@ def test_the_same_weights_as_fallback_give_hfs_numbers_and_say_who_served_them(t
         assert "served_by" not in hf_target[name]  # a run without a fallback keeps its plain shape
     assert got["forget_Q_A_Prob"]["served_by"] == {"model": local}
     assert got["forget_Q_A_ROUGE"]["served_by"] == {"model": server}
+    summary = json.loads((out / "TOFU_SUMMARY.json").read_text())
+    assert summary["forget_Q_A_Prob"] == got["forget_Q_A_Prob"]["agg_value"]  # the number stays a number
+    assert summary["served_by"]["forget_Q_A_Prob"] == {"model": local}
+    assert summary["served_by"]["forget_Q_A_ROUGE"] == {"model": server}
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ")}
     assert lines["forget_Q_A_Prob"].endswith(f"served by {local}") and lines["forget_Q_A_ROUGE"].endswith(f"served by {server}")
     assert f"served by {local}" in (out / "report.html").read_text()
