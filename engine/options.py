@@ -101,6 +101,10 @@ def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> N
     r.add_argument("--init-cache", action="store_true", help="make --cache-dir a cache even though it is a non-empty "
                    "folder without evaldag's marker (by default such a folder is refused: ~ or the working directory "
                    "must never become a cache by a typo)")
+    r.add_argument("--plan-only", action="store_true",
+                   help="print the model work the run needs (per model and kind: sequences, tokens, new tokens, "
+                        "backward passes, and the metrics that need them), counted from the data and the tokenizer "
+                        "without loading weights, and exit")
     r.add_argument("--lock-timeout", type=positive_float, default=None, metavar="SECONDS",
                    help="give up (exit 2) when another process has held a node's lock this long; what was computed "
                         "stays stored (default: wait, saying after a few seconds which process holds it)")
@@ -200,7 +204,7 @@ def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] 
         out=Path(args.out or "evaldag-out"), cache_dir=args.cache_dir, cache_read_from=args.cache_read_from,
         init_cache=args.init_cache, lock_timeout=args.lock_timeout, refresh=args.refresh, rehash=args.rehash,
         n_jobs=args.n_jobs, batch_tokens=args.batch_tokens, deterministic=args.deterministic,
-        progress=args.progress, quiet=args.quiet, add_metrics=tuple(args.add_metric),
+        progress=args.progress, quiet=args.quiet, add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
         command=tuple(command) if command is not None else None, **overrides)
     sweep = SweepOptions(
         models=tuple(models), shard=getattr(args, "shard", None), parallel=getattr(args, "parallel", "auto"),

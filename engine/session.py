@@ -44,6 +44,7 @@ from .cache import Cache, CacheWriteError
 from .distributed import Group, launch, prepare
 from .distributed.checkpoints import shared_graph
 from .executor import Executor
+from .costs import format_plan, plan_costs
 from .graph import Graph, GraphError
 from .outputs import NotOurs, check_names, print_failures, print_run, write
 from .planner import plan
@@ -94,6 +95,7 @@ class RunOptions:
     report: bool = True
     label: str | None = None
     events: Callable[[Event], None] | None = None
+    plan_only: bool = False  # count the model work, print it, run nothing (costs.py)
 
     @property
     def out_dir(self) -> Path:
@@ -251,6 +253,11 @@ def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_o
             rs = ResourceSet(resources)
             served = plan(graph, rs)  # what no backend can serve: refused before the cache is made
             o.emit("plan", graph=graph, plan=served)
+            if o.plan_only:  # the model work counted from the data and the tokenizers; nothing written
+                costs, uncounted = plan_costs(graph, rs)
+                o.emit("cost", costs=costs, uncounted=uncounted)
+                print("\n".join(format_plan(costs, uncounted)))
+                return 0
             cache = Cache(o.cache_dir, rehash=o.rehash or o.refresh == "all", read_from=o.cache_read_from)
             cache.claim(init=o.init_cache)  # before any model loads: an unmarked non-empty folder is refused
             with cache.filehash.active():  # a resource that can check its input does so once, up front
