@@ -5,7 +5,7 @@ and which out folder did last Tuesday's run write?". Each CLI run leaves one sma
 file in the cache it used (written atomically at the end, after its outputs): when,
 the command line (as run.json's provenance holds it, secrets already redacted there),
 the benchmarks, the models (path or hub id), the out folder and how many nodes were
-computed, cached, failed or skipped. ``evaldag cache runs`` lists them, newest last; it
+computed, cached, failed or skipped; a run stopped by a signal records which one instead. ``evaldag cache runs`` lists them, newest last; it
 only reads. A read-only cache records nothing. ``cache clear`` removes these files too.
 """
 
@@ -15,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,6 +59,28 @@ def record(cache: Any, result: Any, out: str | os.PathLike | None, benchmarks: S
     return path
 
 
+def record_stopped(cache: Any, command: Any, benchmarks: Sequence[str], rs: Any, out: str | os.PathLike | None,
+                   signum: int) -> Path | None:
+    """A run stopped by a signal leaves its record too (``stopped``: which signal); what it had
+    computed is in the cache, and the same command resumes from there."""
+    if getattr(cache, "read_only", False):
+        return None
+    models = {}
+    for name, res in getattr(rs, "supplied", {}).items():
+        if getattr(res, "kind", None) == "model":
+            d = rs.described({name: name}).get(name) or {}
+            models[name] = d.get("path") or d.get("spec") or name
+    data = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": list(command) if command else None,
+            "benchmarks": list(benchmarks), "models": models, "out": str(Path(out).resolve()) if out is not None else None,
+            "stopped": signal.Signals(signum).name}
+    path = Path(cache.root) / FOLDER / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}.json"
+    try:
+        atomic_write(path, json.dumps(data, indent=1, default=str).encode(), root=cache.root)
+    except (CacheWriteError, OSError):
+        return None
+    return path
+
+
 def _order(p: Path) -> tuple:
     """Oldest first: the name's time (to the second), then the file's own time, so two runs
     ending within one second keep their order (the name's random part does not)."""
@@ -89,6 +112,8 @@ def line(data: dict) -> str:
     """One run, one line: when, benchmarks, models, nodes, out folder, command."""
     nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
     counts = f"{nodes.get('computed', 0)} computed, {nodes.get('cached', 0)} cached"
+    if isinstance(data.get("stopped"), str):  # record_stopped: no counts, the signal that stopped it
+        counts = f"stopped by {data['stopped']} (what it computed is cached: the same command resumes)"
     bad = ", ".join(f"{nodes[s]} {s}" for s in ("failed", "skipped") if nodes.get(s))
     models = data.get("models") if isinstance(data.get("models"), dict) else {}
     cmd = data.get("command")

@@ -46,7 +46,7 @@ from .distributed.checkpoints import shared_graph
 from .executor import Executor
 from .costs import format_plan, plan_costs
 from .graph import Graph, GraphError
-from .outputs import NotOurs, check_names, print_failures, print_run, write
+from .outputs import Interrupted, NotOurs, check_names, print_failures, print_run, write
 from .planner import plan
 from .report import write_report_html
 from .resources import MissingResource, ResourceSet
@@ -273,9 +273,13 @@ def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_o
         executor.refresh = o.refresh in ("requests", "all")
         held.update(cache=cache, executor=executor)
         o.emit("run", graph=graph)
-        result = execute(graph, rs, cache, executor, served, settings=settings, n_jobs=o.n_jobs,
-                         force=o.refresh is not None, lock_timeout=o.lock_timeout, fingerprinted=group is not None,
-                         provenance={**({"command": list(o.command)} if o.command is not None else {}), **o.provenance})
+        try:
+            result = execute(graph, rs, cache, executor, served, settings=settings, n_jobs=o.n_jobs,
+                             force=o.refresh is not None, lock_timeout=o.lock_timeout, fingerprinted=group is not None,
+                             provenance={**({"command": list(o.command)} if o.command is not None else {}), **o.provenance})
+        except (KeyboardInterrupt, Interrupted) as e:  # `cache runs` lists a stopped run too, said as such
+            runlog.record_stopped(cache, o.command, [b.name for b in benches], rs, out, getattr(e, "signum", 2))
+            raise
         held["result"] = result
     except (GraphError, MissingResource, ValueError, OSError, launch.RankFailure, ServingError) as e:  # a full disk, a server gone: one line
         print(error_line(e, benches), file=sys.stderr)

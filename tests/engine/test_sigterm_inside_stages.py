@@ -61,6 +61,10 @@ def test_sigterm_inside_a_long_stage(tmp_path, stage):
     info = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", "cache", "info", "--cache-dir", str(cache)],
                           capture_output=True, text=True, check=True)
     assert json.loads(info.stdout)["requests"] >= 40, info.stdout
+    runs = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", "cache", "runs", "--cache-dir", str(cache)],
+                          capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert len(runs) == 1 and "stopped by SIGTERM (what it computed is cached: the same command resumes)" in runs[0]
+    assert f"out={out}" in runs[0] and f"model={FIX / 'tiny-llama' / 'target'}" in runs[0]
 
 
 def test_a_second_run_does_not_wait_for_the_first_runs_generation(tmp_path):
