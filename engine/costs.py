@@ -26,6 +26,7 @@ class KindCost:
 
     model: str
     kind: str
+    rank: int = 0  # the kind's Request.cost_rank: the order the run serves kinds in
     sequences: int = 0
     tokens: int = 0
     new_tokens: int = 0  # generation: the most it may add (max new tokens per row)
@@ -50,13 +51,13 @@ def plan_costs(graph: Graph, rs: ResourceSet) -> tuple[list[KindCost], list[str]
         for res, req in reqs:
             run_name = v.bind.get(res, res)
             model = _describe(rs, run_name)
-            c = costs.setdefault((model, req.kind), KindCost(model, req.kind))
+            c = costs.setdefault((model, req.kind), KindCost(model, req.kind, type(req).cost_rank))
             c.sequences += 1
             c.tokens += req.length()
             c.new_tokens += int(getattr(getattr(req, "settings", None), "max_new_tokens", 0) or 0)
             c.backward += 1 if type(req).cost_rank >= 2 else 0
             c.metrics.update(named)
-    return sorted(costs.values(), key=lambda c: (c.model, _rank(c.kind), c.kind)), uncounted
+    return sorted(costs.values(), key=lambda c: (c.model, c.rank, c.kind)), uncounted
 
 
 def _first_requests(v: Vertex, rs: ResourceSet) -> list:
@@ -78,13 +79,6 @@ def _arguments(v: Vertex) -> set[str]:
 def _describe(rs: ResourceSet, name: str) -> str:
     d = rs.described({name: name}).get(name) or {}
     return f"{name} ({d.get('path') or d.get('spec') or d.get('source') or d.get('type', '?')})"
-
-
-_RANKS = {"token_stats": 0, "generate": 1, "generate_text": 1, "grad_norm": 2}
-
-
-def _rank(kind: str) -> int:
-    return _RANKS.get(kind, 0)
 
 
 def format_plan(costs: list[KindCost], uncounted: list[str]) -> list[str]:

@@ -51,9 +51,14 @@ def record(cache: Any, result: Any, out: str | os.PathLike | None, benchmarks: S
     the run's own outputs are already published, so a failed log line never fails the run)."""
     if getattr(cache, "read_only", False):
         return None
+    return _write(cache, entry(result, out, benchmarks))
+
+
+def _write(cache: Any, data: dict) -> Path | None:
+    """One record, atomically, under a new name (None when it could not be written)."""
     path = Path(cache.root) / FOLDER / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}.json"
     try:
-        atomic_write(path, json.dumps(entry(result, out, benchmarks), indent=1, default=str).encode(), root=cache.root)
+        atomic_write(path, json.dumps(data, indent=1, default=str).encode(), root=cache.root)
     except (CacheWriteError, OSError):
         return None
     return path
@@ -73,12 +78,7 @@ def record_stopped(cache: Any, command: Any, benchmarks: Sequence[str], rs: Any,
     data = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": list(command) if command else None,
             "benchmarks": list(benchmarks), "models": models, "out": str(Path(out).resolve()) if out is not None else None,
             "stopped": signal.Signals(signum).name}
-    path = Path(cache.root) / FOLDER / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}.json"
-    try:
-        atomic_write(path, json.dumps(data, indent=1, default=str).encode(), root=cache.root)
-    except (CacheWriteError, OSError):
-        return None
-    return path
+    return _write(cache, data)
 
 
 def _order(p: Path) -> tuple:
