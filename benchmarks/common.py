@@ -79,6 +79,7 @@ class RetainOptions(ModelOptions):
 
     retain_logs: str | None = None
     retain: Literal["none", "logs", "model"] = "none"
+    base_model: str | None = None  # the checkpoint --model was unlearned from (nf4_changed_fraction)
 
     @model_validator(mode="before")
     @classmethod
