@@ -29,6 +29,7 @@ GROUP = "MUSE"
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
+    MIA_ROWS = ("muse_privleak_forget", "muse_privleak_holdout", "text")
     ROUGE_FIELD = "rougeL_f1"
 
     def _declare(self) -> None:

@@ -36,6 +36,7 @@ SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "w
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
+    MIA_ROWS = ("tofu_forget", "tofu_holdout", "answer")
 
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:

@@ -20,6 +20,7 @@ from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu, Tradeoff
 from ...engine.render.report_html import RunFolder, Section
 from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fraction
+from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
 from .. import common
 from ..base_model import add_base_model_argument, base_model_resource, check_weights_readable
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
@@ -55,6 +56,10 @@ class UnlearningBenchmark(Benchmark):
         common.add_model_arguments(p)
         add_base_model_argument(p)
         common.add_limit_argument(p)
+        p.add_argument("--mia-blind-baseline", action="store_true",
+                       help="TOFU, MUSE: beside the MIAs, the AUC of a model-free classifier (bag of words and length, "
+                            "cross-validated, --seed) on their member/non-member rows: mia_blind_baseline says which MIA "
+                            "does not beat it (pip install 'evaldag[sklearn]')")
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
         self.add_own_arguments(p)
@@ -71,6 +76,7 @@ class UnlearningBenchmark(Benchmark):
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
             limit=getattr(args, "limit", None),
             base_model=getattr(args, "base_model", None),
+            mia_blind_baseline=bool(getattr(args, "mia_blind_baseline", False)),
             **classifier_options(args),
             **bootstrap_options(args, resamples=0, seed=0),
             **self.own_config(args),
@@ -115,6 +121,10 @@ class UnlearningBenchmark(Benchmark):
 
     def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
         """Data first (a missing folder is the first error), then the retain logs, then the models."""
+        if cfg.mia_blind_baseline and sklearn_missing():  # a stated skip: the MIAs themselves need no sklearn
+            print(f"evaldag: note: {self.group}: mia_blind_baseline skipped: scikit-learn is not installed "
+                  f"({SKLEARN_EXTRA})", file=sys.stderr)
+            cfg = cfg.model_copy(update={"mia_blind_baseline": False})
         resources = self.data_resources(cfg)
         # the run's prompt template (--template / --template-args), for a user's scorer to encode
         # with as the built-in scorers do: needs=("model", "data", "template")
