@@ -26,6 +26,7 @@ from ...metrics.unlearning.rouge import rouge
 from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.unlearning.truth_ratio import truth_ratio
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
+from ..prompt_transforms import resource_name
 from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
@@ -65,6 +66,8 @@ class _Catalogue(Catalogue):
         r["ra_Truth_Ratio"] = lambda: self._truth_ratio("ra", "ra_Q_A_Prob", "true_better")
         r["wf_Truth_Ratio"] = lambda: self._truth_ratio("wf", "wf_Q_A_Prob", "true_better")
         r["forget_Q_A_PARA_ROUGE"] = lambda: self._rouge("forget", "paraphrased_answer")
+        for name in self.cfg.prompt_transforms:  # forget_Q_A_ROUGE on each derived forget set
+            r[transformed_metric(name)] = lambda name=name: self._rouge(resource_name("forget", name), "answer")
         r["forget_Q_A_PERT_ROUGE"] = lambda: self._rouge("forget", "perturbed_answer")
         r["model_utility"] = lambda: model_utility_node(parents={p: self[p] for p in MODEL_UTILITY_PARTS})
         r["extraction_strength"] = lambda: extraction_strength_node(parents={"stats": self.stats("forget", "answer")})
@@ -100,6 +103,11 @@ class _Catalogue(Catalogue):
         return grad_norms(template=c.template, joint_tokenization=c.joint_tokenization, bind={"data": f"tofu_{split}"})
 
 
+def transformed_metric(transform: str) -> str:
+    """``forget_Q_A_ROUGE_<transform>``: ROUGE on the forget questions as the prompt transform rewrote them."""
+    return f"forget_Q_A_ROUGE_{transform}"
+
+
 def metric_names() -> list[str]:
     """Every TOFU metric name this benchmark knows (open-unlearning's names)."""
     return _Catalogue(TofuConfig()).names()
@@ -112,8 +120,9 @@ def token_stats_metrics() -> tuple[str, ...]:
 
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
-    """The named top-level nodes for ``metrics`` (their parents come along)."""
-    return _Catalogue.build(metrics, cfg)
+    """The named top-level nodes for ``metrics`` (their parents come along), and one ROUGE per prompt transform."""
+    extra = [transformed_metric(t) for t in cfg.prompt_transforms]
+    return _Catalogue.build(list(metrics) + [m for m in extra if m not in metrics], cfg)
 
 
 def interval_kind(name: str) -> str | None:
