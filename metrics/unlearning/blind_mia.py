@@ -99,5 +99,9 @@ def mia_blind_baseline(members: list[dict], nonmembers: list[dict], params: Blin
     extra = {"features": params.features, "folds": k, "seed": params.seed, "members": int((labels == 0).sum()),
              "nonmembers": int((labels == 1).sum())}
     if aucs:
-        extra |= {"mia_auc": aucs, "beaten_by": beaten, "not_beaten_by": [n for n in aucs if n not in beaten]}
+        losing = [n for n in aucs if n not in beaten]
+        extra |= {"mia_auc": aucs, "beaten_by": beaten, "not_beaten_by": losing}
+        if losing:  # the SUMMARY's notes (engine/outputs/files.py) carry it beside the numbers
+            extra["summary_note"] = (f"{', '.join(f'{n} (AUC {aucs[n]:.4g})' for n in losing)} "
+                                     f"{'does' if len(losing) == 1 else 'do'} not beat the blind baseline (AUC {value:.4g})")
     return Result(agg_value=value, extra=extra)

@@ -66,6 +66,10 @@ def test_tofu_writes_it_beside_the_mias_and_the_report_says_which_do_not_beat_it
     assert (b["members"], b["nonmembers"], b["folds"], b["seed"]) == (6, 6, 5, 0)
     summary = json.loads((tmp_path / "a" / "TOFU_SUMMARY.json").read_text())
     assert summary["mia_blind_baseline"] == b["agg_value"]
+    # the tiny fixture's forget and holdout rows differ in wording: bag of words alone separates them
+    # (AUC 1), and an MIA that only ties the blind baseline does not beat it
+    assert (b["agg_value"], b["not_beaten_by"], evals["mia_loss"]["agg_value"]) == (1.0, ["mia_loss", "mia_min_k"], 1.0)
+    assert summary["notes"] == {"mia_blind_baseline": "mia_loss (AUC 1), mia_min_k (AUC 1) do not beat the blind baseline (AUC 1)"}
     html = (tmp_path / "a" / "report.html").read_text()
     assert "Blind MIA baseline" in html and html.count(">does not beat it</td>") == len(b["not_beaten_by"])
     # the same rows and seed in a fresh cache: the same number; another seed: recorded
