@@ -67,3 +67,17 @@ def test_one_base_model_flag_fills_both(order):
     parsed = parser(list(order), command="run").parse_args(["run", *order, "--model", "m", "--base-model", "b"])
     run = read(parsed, [BENCHMARKS.get(b) for b in order])
     assert [c.base_model for c in run.configs] == ["b", "b"]
+
+
+def test_tofu_and_editing_share_one_base_model_and_one_node(unlearned, tmp_path, cache_dir):
+    """`run tofu editing --base-model B`: one resource, so both EVAL files hold the same vertex, computed once."""
+    out = tmp_path / "both"
+    r = run_cli(["run", "tofu", "editing", "--model", unlearned, "--base-model", BASE, "--data", TOFU,
+                 "--metrics", "forget_Q_A_Prob,nf4_changed_fraction", "--limit", "2", "--out", out, "--cache-dir", cache_dir, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    tofu, editing = (json.loads((out / f"{g}_EVAL.json").read_text()) for g in ("TOFU", "EDITING"))
+    assert tofu["nf4_changed_fraction"] == editing["nf4_changed_fraction"]
+    assert tofu["nf4_changed_fraction"]["value_by_index"] == {"0": 1.0, "1": 0.0}
+    nodes = json.loads((out / "run.json").read_text())["nodes"]
+    q = [n for n in nodes.values() if n.get("metric") == "nf4_changed_fraction"]
+    assert len(q) == 1 and sorted(q[0]["names"]) == ["EDITING/nf4_changed_fraction", "TOFU/nf4_changed_fraction"]
