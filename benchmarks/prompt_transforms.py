@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Callable
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..engine import Rows
 from ..metrics.unlearning.scoring import PREFILL_KEY
@@ -117,3 +119,25 @@ def derived_rows(rows: Rows, name: str, question_key: str = "question") -> Rows:
 def resource_name(split: str, name: str) -> str:
     """The resource a transformed split is bound as: ``tofu_forget@jailbreak_prefix``."""
     return f"{split}@{name}"
+
+
+class PromptTransformOptions(BaseModel):
+    """A benchmark config's ``prompt_transforms``: each gives the benchmark's question split a
+    derived copy, and the benchmark's generation metric on it (TOFU: ``forget_Q_A_ROUGE_<name>``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt_transforms: tuple[str, ...] = ()
+
+    @field_validator("prompt_transforms", mode="before")
+    @classmethod
+    def _known(cls, value: Any) -> Any:
+        """A name or names, as ``--prompt-transform`` takes them, each known."""
+        return parse(",".join(value) if isinstance(value, (list, tuple)) else value)
+
+
+def add_prompt_transform_argument(p: Any, what: str) -> None:
+    p.add_argument("--prompt-transform", default=None, metavar="NAME[,NAME]",
+                   help=f"prompt-level attacks, each a derived dataset of the questions ({what}): jailbreak_prefix "
+                        "(Jailbreak-ROUGE), affirmative_suffix, in_context, paraphrase_template, filler, or an "
+                        "evaldag.prompt_transforms plugin (docs/prompt-transforms.md)")

@@ -12,7 +12,6 @@ from typing import Any
 from ...engine import Rows
 from ...engine.argtypes import positive_int
 from ...engine.render.clusters import Split
-from ..prompt_transforms import derived_rows, parse, resource_name
 from ..unlearning.benchmark import UnlearningBenchmark
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
@@ -27,11 +26,8 @@ def tofu_resources(cfg: TofuConfig) -> dict[str, Any]:
     source = cfg.data
     if not source:
         raise ValueError("--tofu-data (or --data) is required: a folder with the TOFU subsets")
-    out = {RESOURCE_OF_ROLE[role]: Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}", limit=cfg.limit)
-           for role, subset in tofu_splits(cfg.forget_split, cfg.holdout_split).items()}
-    for name in cfg.prompt_transforms:  # derived datasets: the forget questions rewritten
-        out[resource_name("tofu_forget", name)] = derived_rows(out["tofu_forget"], name)
-    return out
+    return {RESOURCE_OF_ROLE[role]: Rows(lambda s=subset: load_subset(source, s), f"{source}:{subset}", limit=cfg.limit)
+            for role, subset in tofu_splits(cfg.forget_split, cfg.holdout_split).items()}
 
 
 class TofuBenchmark(UnlearningBenchmark):
@@ -51,14 +47,9 @@ class TofuBenchmark(UnlearningBenchmark):
         p.add_argument("--holdout-split", default=None, help="TOFU: default holdout<NN> matching the forget split")
         p.add_argument("--tofu-retain-logs", default=None, help="TOFU: the retain model's TOFU_EVAL.json")
         p.add_argument("--max-new-tokens", type=positive_int, default=200, help="greedy generation length for ROUGE")
-        p.add_argument("--prompt-transform", default=None, metavar="NAME[,NAME]",
-                       help="TOFU: prompt-level attacks on the forget questions, each a derived dataset scored by "
-                            "forget_Q_A_ROUGE_<NAME>: jailbreak_prefix (Jailbreak-ROUGE), affirmative_suffix, in_context, "
-                            "paraphrase_template, filler, or an evaldag.prompt_transforms plugin (docs/prompt-transforms.md)")
 
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
-        return dict(forget_split=args.forget_split, holdout_split=args.holdout_split, max_new_tokens=args.max_new_tokens,
-                    prompt_transforms=parse(getattr(args, "prompt_transform", None)))
+        return dict(forget_split=args.forget_split, holdout_split=args.holdout_split, max_new_tokens=args.max_new_tokens)
 
     def config_values(self, cfg: TofuConfig) -> dict[str, Any]:
         split = tofu_splits(cfg.forget_split, cfg.holdout_split)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from ..common import RetainOptions, menu_metrics
-from ..prompt_transforms import parse
+from ..prompt_transforms import PromptTransformOptions
 from ..uncertainty import IntervalOptions
 from ..unlearning.classifier import ClassifierOptions
 
@@ -22,7 +22,7 @@ DEFAULT_METRICS = (
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 
 
-class TofuConfig(RetainOptions, ClassifierOptions, IntervalOptions):
+class TofuConfig(RetainOptions, ClassifierOptions, IntervalOptions, PromptTransformOptions):
     """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings."""
 
     metrics: tuple[str, ...] = DEFAULT_METRICS
@@ -32,16 +32,7 @@ class TofuConfig(RetainOptions, ClassifierOptions, IntervalOptions):
     max_new_tokens: int = 200  # greedy generation length for ROUGE
     k: float = 0.4  # Min-K% / Min-K%++ (privleak uses mia_min_k)
     limit: float | None = Field(None, gt=0)  # the first N rows of every split, or a fraction below 1 (--limit)
-    # prompt transforms (benchmarks/prompt_transforms.py): each gives the forget split a derived copy and
-    # forget_Q_A_ROUGE_<name> scores the model on it (jailbreak_prefix: OpenUnlearning's Jailbreak-ROUGE)
-    prompt_transforms: tuple[str, ...] = ()
     menu = "tofu"  # the words of metrics (ClassifierOptions: `all` brings the gibberish metric only with a classifier)
-
-    @field_validator("prompt_transforms", mode="before")
-    @classmethod
-    def _transforms(cls, value):
-        """A name or names, each known (a built-in or an ``evaldag.prompt_transforms`` plugin)."""
-        return parse(",".join(value) if isinstance(value, (list, tuple)) else value)
 
     @field_validator("metrics", mode="before")
     @classmethod

@@ -31,6 +31,7 @@ from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
 GROUP = "TOFU"
+TRANSFORMED_SPLIT = "tofu_forget"  # the split --prompt-transform derives
 
 SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "wf": "world_facts"}
 
@@ -38,6 +39,7 @@ SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "w
 class _Catalogue(Catalogue):
     GROUP = GROUP
     MIA_ROWS = ("tofu_forget", "tofu_holdout", "answer")
+    TRANSFORMED_METRIC = "forget_Q_A_ROUGE"
 
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:
@@ -66,8 +68,8 @@ class _Catalogue(Catalogue):
         r["ra_Truth_Ratio"] = lambda: self._truth_ratio("ra", "ra_Q_A_Prob", "true_better")
         r["wf_Truth_Ratio"] = lambda: self._truth_ratio("wf", "wf_Q_A_Prob", "true_better")
         r["forget_Q_A_PARA_ROUGE"] = lambda: self._rouge("forget", "paraphrased_answer")
-        for name in self.cfg.prompt_transforms:  # forget_Q_A_ROUGE on each derived forget set
-            r[transformed_metric(name)] = lambda name=name: self._rouge(resource_name("forget", name), "answer")
+        for name, metric in zip(self.cfg.prompt_transforms, self.transformed_names()):  # on each derived forget set
+            r[metric] = lambda name=name: self._rouge(resource_name("forget", name), "answer")
         r["forget_Q_A_PERT_ROUGE"] = lambda: self._rouge("forget", "perturbed_answer")
         r["model_utility"] = lambda: model_utility_node(parents={p: self[p] for p in MODEL_UTILITY_PARTS})
         r["extraction_strength"] = lambda: extraction_strength_node(parents={"stats": self.stats("forget", "answer")})
@@ -103,11 +105,6 @@ class _Catalogue(Catalogue):
         return grad_norms(template=c.template, joint_tokenization=c.joint_tokenization, bind={"data": f"tofu_{split}"})
 
 
-def transformed_metric(transform: str) -> str:
-    """``forget_Q_A_ROUGE_<transform>``: ROUGE on the forget questions as the prompt transform rewrote them."""
-    return f"forget_Q_A_ROUGE_{transform}"
-
-
 def metric_names() -> list[str]:
     """Every TOFU metric name this benchmark knows (open-unlearning's names)."""
     return _Catalogue(TofuConfig()).names()
@@ -121,8 +118,7 @@ def token_stats_metrics() -> tuple[str, ...]:
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
     """The named top-level nodes for ``metrics`` (their parents come along), and one ROUGE per prompt transform."""
-    extra = [transformed_metric(t) for t in cfg.prompt_transforms]
-    return _Catalogue.build(list(metrics) + [m for m in extra if m not in metrics], cfg)
+    return _Catalogue.build(metrics, cfg)
 
 
 def interval_kind(name: str) -> str | None:

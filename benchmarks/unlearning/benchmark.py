@@ -23,6 +23,7 @@ from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fr
 from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
 from .. import common
 from ..base_model import add_base_model_argument, base_model_resource, check_weights_readable
+from ..prompt_transforms import add_prompt_transform_argument, derived_rows, parse, resource_name
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
@@ -62,6 +63,11 @@ class UnlearningBenchmark(Benchmark):
                             "does not beat it (pip install 'evaldag[sklearn]')")
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
+        try:
+            add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
+                                             "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
+        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
+            pass
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -77,6 +83,7 @@ class UnlearningBenchmark(Benchmark):
             limit=getattr(args, "limit", None),
             base_model=getattr(args, "base_model", None),
             mia_blind_baseline=bool(getattr(args, "mia_blind_baseline", False)),
+            prompt_transforms=parse(getattr(args, "prompt_transform", None)),
             **classifier_options(args),
             **bootstrap_options(args, resamples=0, seed=0),
             **self.own_config(args),
@@ -126,6 +133,9 @@ class UnlearningBenchmark(Benchmark):
                   f"({SKLEARN_EXTRA})", file=sys.stderr)
             cfg = cfg.model_copy(update={"mia_blind_baseline": False})
         resources = self.data_resources(cfg)
+        for name in cfg.prompt_transforms:  # derived datasets: the question split's questions rewritten
+            split = self.spec.TRANSFORMED_SPLIT
+            resources[resource_name(split, name)] = derived_rows(resources[split], name)
         # the run's prompt template (--template / --template-args), for a user's scorer to encode
         # with as the built-in scorers do: needs=("model", "data", "template")
         resources["template"] = Value(cfg.template, source="--template")

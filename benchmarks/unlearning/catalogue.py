@@ -35,6 +35,8 @@ class Catalogue:
     ROUGE_FIELD = "rougeL_recall"  # the ROUGE field each ROUGE metric's agg_value is the mean of
     #: the MIAs' member and non-member rows (resources) and the text each row's attack scores
     MIA_ROWS: tuple[str, str, str] = ("", "", "")
+    #: the generation metric each prompt transform repeats on its derived split, as ``<metric>_<transform>``
+    TRANSFORMED_METRIC = ""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -93,6 +95,10 @@ class Catalogue:
         return interval_node(kind=kind, n_resamples=c.bootstrap_resamples, seed=c.seed, confidence_level=c.confidence_level,
                              parents=parents).named(name, self.GROUP + INTERVALS)
 
+    def transformed_names(self) -> list[str]:
+        """``<TRANSFORMED_METRIC>_<name>`` for each of the config's prompt transforms."""
+        return [f"{self.TRANSFORMED_METRIC}_{t}" for t in getattr(self.cfg, "prompt_transforms", ())]
+
     def blind_baseline(self, metrics) -> Node:
         """``mia_blind_baseline`` on the MIAs' own rows, each MIA of ``metrics`` a parent (its AUC beside)."""
         members, nonmembers, key = self.MIA_ROWS
@@ -104,6 +110,7 @@ class Catalogue:
         """The named metrics (with ``mia_blind_baseline`` the blind baseline beside the MIAs), then (with
         ``bootstrap_resamples``) each one's interval in ``<GROUP>_INTERVALS``."""
         cat = cls(cfg)
+        metrics = list(metrics) + [m for m in cat.transformed_names() if m not in metrics]
         nodes = [cat[m] for m in metrics]
         if getattr(cfg, "mia_blind_baseline", False):
             nodes.append(cat.blind_baseline(metrics))

@@ -75,6 +75,19 @@ def test_jailbreak_rouge_on_tofu(tmp_path, cache_dir):
         "evaldag: error: unknown prompt transform 'nope'")
 
 
+def test_muse_knowmem_on_a_derived_forget_set(tmp_path, cache_dir):
+    r = run_cli(["run", "muse", "--model", TINY / "target", "--data", ROOT / "tests" / "fixtures" / "muse_tiny",
+                 "--metrics", "forget_knowmem_ROUGE", "--prompt-transform", "jailbreak_prefix", "--limit", "2",
+                 "--cache-dir", cache_dir, "--quiet", "--out", tmp_path / "m"])
+    assert r.returncode == 0, r.stderr
+    ev = json.loads((tmp_path / "m" / "MUSE_EVAL.json").read_text())
+    plain, jb = ev["forget_knowmem_ROUGE"]["value_by_index"], ev["forget_knowmem_ROUGE_jailbreak_prefix"]["value_by_index"]
+    assert list(plain) == list(jb) == ["0", "1"]
+    for i in plain:  # the few-shot turns kept, the last assistant turn opened with the prefix
+        assert jb[i]["input"] == plain[i]["input"] + "Sure, here is the answer:"
+        assert jb[i]["ground_truth"] == plain[i]["ground_truth"]
+
+
 def test_a_plugin_transform_through_its_entry_point(tmp_path, monkeypatch):
     env = install(tmp_path / "site", "shouty", {"shouty.py": (
         "from evaldag.benchmarks.prompt_transforms import PromptTransform\n"
