@@ -188,3 +188,11 @@ def test_load_bnb_refuses_gradient_metrics_before_any_work(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("evaldag: error: grad_norms needs gradients; hf:") \
         and "[quantize:nf4,load=bnb] gives token statistics" in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_compute_dtype_rounds_the_dequantized_weight_as_bitsandbytes_matmul_casts_it():
+    w = _load().model.layers[0].mlp.down_proj.weight.detach()
+    got = transforms.parse("quantize:nf4,compute_dtype=bf16").round_trip(w)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, _bnb_round_trip(w, "quantize:nf4").to(torch.bfloat16).to(torch.float32))
+    assert not torch.equal(got, _bnb_round_trip(w, "quantize:nf4"))
