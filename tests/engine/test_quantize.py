@@ -196,3 +196,20 @@ def test_compute_dtype_rounds_the_dequantized_weight_as_bitsandbytes_matmul_cast
     assert got.dtype == torch.float32
     assert torch.equal(got, _bnb_round_trip(w, "quantize:nf4").to(torch.bfloat16).to(torch.float32))
     assert not torch.equal(got, _bnb_round_trip(w, "quantize:nf4"))
+
+
+def test_a_warm_rerun_of_an_attack_loads_no_weights_and_imports_no_torch(tmp_path):
+    import subprocess
+
+    args = ["run", "tofu", "--model", str(TARGET), "--data", str(FIX / "tofu_tiny"), "--limit", "2", "--metrics",
+            "forget_Q_A_Prob", "--quiet", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+            "--attack", "quantize:nf4"]
+    assert run_cli(args).returncode == 0
+    code = ("import sys\nfrom evaldag.engine import cli\n"
+            f"code = cli.main({args!r})\n"
+            "print(code, *(m in sys.modules for m in ('torch', 'transformers', 'bitsandbytes')))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1",
+                         "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert got.stdout.split() == ["0", "False", "False", "False"], got.stderr
+    run = json.loads((tmp_path / "out" / "attacks" / "quantize_nf4" / "run.json").read_text())
+    assert {n["status"] for n in run["nodes"].values()} == {"cached"}
