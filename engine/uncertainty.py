@@ -16,6 +16,12 @@ three splits of model utility) and the statistic that turns them into the headli
   A's and B's value item by item (for a mean, the sign-flip test on the per-item
   differences): exact over all ``2**n`` swaps when ``n <= EXACT_MAX`` items, seeded
   Monte Carlo otherwise.
+* :func:`cluster_interval`: a pool of runs of one method (training seeds) on the same items:
+  seeds and items drawn independently (a crossed bootstrap), the mean over the drawn seeds of
+  the metric on the drawn items, so seed-to-seed variance is inside the interval.
+* :func:`paired_series`: :func:`paired` along a series of runs (a sweep's checkpoints, a model
+  before and after each attack), each against the previous or the first, Holm and
+  Benjamini-Hochberg over the family (:func:`adjust`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -137,6 +143,58 @@ def align(a: Sample, b: Sample) -> tuple[Sample, Sample, dict[str, int]]:
     return (Sample(a.names, tuple(ka), tuple(va), a.stat, a.notes), Sample(b.names, tuple(kb), tuple(vb), b.stat, b.notes), dropped)
 
 
+def _common(samples: Sequence[Sample]) -> tuple[list[Sample], dict[str, int]]:
+    """Every sample cut to the items all of them scored (by key, per stratum, in the first's
+    order); per stratum, how many items some sample lost."""
+    names = samples[0].names
+    if any(s.names != names for s in samples):
+        raise ValueError(f"strata differ: {sorted({s.names for s in samples})}")
+    keep = [set.intersection(*(set(s.keys[i]) for s in samples)) for i in range(len(names))]
+    out = []
+    for s in samples:
+        keys, vals = [], []
+        for i, (k, v) in enumerate(zip(s.keys, s.values)):
+            where = {key: j for j, key in enumerate(k)}
+            order = [key for key in samples[0].keys[i] if key in keep[i]]
+            keys.append(tuple(order)), vals.append(v[[where[key] for key in order]])
+        out.append(Sample(s.names, tuple(keys), tuple(vals), s.stat, s.notes))
+    lost = {n: sum(len(s.keys[i]) for s in samples) - len(samples) * len(keep[i]) for i, n in enumerate(names)}
+    return out, {n: k for n, k in lost.items() if k}
+
+
+def cluster_interval(samples: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
+    """The interval of a metric over a pool of runs (one per training seed) on the same items.
+
+    Seeds and each stratum's items are resampled independently (``scipy.stats.bootstrap``'s
+    multi-sample resampling, seed positions as the first sample): a resample's value is the
+    mean over its drawn seeds of the metric on its drawn items. The point value is the mean
+    of the seeds' values; ``per_seed`` and ``between_seeds_sd`` say how far apart the seeds
+    are. One seed: the item interval of :func:`interval`.
+    """
+    if not samples:
+        raise ValueError("no runs to pool")
+    runs, dropped = _common(list(samples))
+    if len(runs) == 1:
+        out = interval(runs[0], n_resamples, seed, level)
+        out["n_items"] = {"seeds": 1, **out["n_items"]}
+    else:
+        def stat(*vals: np.ndarray) -> float:  # vals[0]: seed positions; vals[1:]: each stratum's rows
+            seeds, rows = vals[0], vals[1:]
+            return float(np.mean([runs[int(s)].stat(*(v[r] for v, r in zip(runs[int(s)].values, rows))) for s in seeds]))
+
+        positions = tuple(np.arange(len(k)) for k in runs[0].keys)
+        pool = Sample(("seeds",) + runs[0].names, (tuple(str(i) for i in range(len(runs))),) + runs[0].keys,
+                      (np.arange(len(runs)),) + positions, stat)
+        out = interval(pool, n_resamples, seed, level)
+    each = [_finite(r.value()) for r in runs]
+    out["per_seed"] = each
+    ok = [v for v in each if v is not None]
+    out["between_seeds_sd"] = float(np.std(ok, ddof=1)) if len(ok) > 1 else None
+    if dropped:
+        out["unpaired_items"] = dropped
+    return out
+
+
 def _swapped(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], masks: list[np.ndarray]) -> tuple[list, list]:
     """A and B with the items under ``masks`` exchanged."""
     a2, b2 = [], []
@@ -199,6 +257,37 @@ def paired(a: Sample, b: Sample, n_resamples: int, seed: int, level: float = 0.9
         out["unpaired_items"] = dropped
     out["verdict"] = verdict(out, level)
     return out
+
+
+def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`paired` results tested at once: each gets ``p_holm`` and ``p_bh``, and a verdict
+    that only the unadjusted p carried becomes ``inside the noise after Holm's adjustment``."""
+    ps = [r.get("p_value") for r in rows]
+    for r, p, q in zip(rows, holm(ps), benjamini_hochberg(ps)):
+        r["p_holm"], r["p_bh"] = p, q
+        if p is not None and r.get("verdict") in ("B > A", "B < A") and p >= 1 - r.get("confidence_level", 0.95):
+            r["verdict"] = "inside the noise after Holm's adjustment"
+    return rows
+
+
+def paired_series(runs: Mapping[str, Sample], against: str = "previous", n_resamples: int = 1000, seed: int = 0,
+                  level: float = 0.95) -> list[dict[str, Any]]:
+    """One metric along a series of runs (label -> its items, in series order): each run
+    against the ``"previous"`` one or the ``"first"``, a :func:`paired` result per pair with
+    ``a_run`` and ``b_run``, Holm and BH over the pairs (:func:`adjust`). A caller testing
+    several metrics at once passes all their rows through :func:`adjust` itself."""
+    if against not in ("previous", "first"):
+        raise ValueError(f"against={against!r}: want 'previous' or 'first'")
+    labels = list(runs)
+    rows = []
+    for i in range(1, len(labels)):
+        a = labels[i - 1] if against == "previous" else labels[0]
+        try:
+            row = paired(runs[a], runs[labels[i]], n_resamples, seed, level)
+        except ValueError as e:
+            row = {"verdict": f"no test ({e})", "p_value": None}
+        rows.append({"a_run": a, "b_run": labels[i], **row})
+    return adjust(rows)
 
 
 def verdict(row: dict[str, Any], level: float = 0.95) -> str:

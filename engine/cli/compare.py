@@ -23,7 +23,7 @@ from typing import Any
 
 from ..export import ExportError, _read, csv_text, folder_rows, run_folders
 from ..registry import BENCHMARKS
-from ..uncertainty import benjamini_hochberg, holm, paired
+from ..uncertainty import adjust, paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
 PAIRED_FIELDS = ("ci_low", "ci_high", "p_value", "p_holm", "p_bh", "verdict", "n_items")
@@ -108,11 +108,7 @@ def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int
         except ValueError as e:
             r["paired"] = {"verdict": f"no test ({e})"}
         tested.append(r)
-    ps = [r["paired"].get("p_value") for r in tested]
-    for r, p, q in zip(tested, holm(ps), benjamini_hochberg(ps)):
-        r["paired"]["p_holm"], r["paired"]["p_bh"] = p, q
-        if p is not None and r["paired"]["verdict"] in ("B > A", "B < A") and p >= 1 - r["paired"]["confidence_level"]:
-            r["paired"]["verdict"] = "inside the noise after Holm's adjustment"
+    adjust([r["paired"] for r in tested])
     return rows
 
 
