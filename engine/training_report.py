@@ -21,6 +21,8 @@ from .checkpoints import run_step
 from .render.curves import curve_svg, tradeoff_svg
 from .render.report_html import RunFolder, Section
 
+INTERVALS = "_INTERVALS"  # the interval files' group suffix: <GROUP>_INTERVALS_EVAL.json
+
 
 def _model(r: RunFolder, role: str = "model") -> str:
     res = ((r.run or {}).get("provenance") or {}).get("resources") or {}
@@ -38,6 +40,23 @@ def _numbers(r: RunFolder) -> dict[str, float | None]:
         for k, v in (summary or {}).items():
             out.setdefault(k, selection._number(v))
     return out
+
+
+def _block(r: RunFolder, metric: str) -> dict:
+    for group, evals in sorted(r.evals.items()):
+        if group.endswith(INTERVALS) and isinstance((evals or {}).get(metric), dict):
+            return evals[metric]
+    return {}
+
+
+def _interval(r: RunFolder, metric: str) -> list | None:
+    """The metric's percentile interval from the run's ``<GROUP>_INTERVALS_EVAL.json`` (None: none written)."""
+    return _block(r, metric).get("percentile")
+
+
+def _level(stepped: list, metric: str) -> float:
+    levels = [_block(r, metric).get("confidence_level") for r, *_ in stepped]
+    return next((v for v in levels if isinstance(v, float)), 0.95)
 
 
 class TrainingCurves:
@@ -58,7 +77,9 @@ class TrainingCurves:
         if len(stepped) < 2:
             return []
         metrics = list(dict.fromkeys(k for *_, nums in stepped for k, v in nums.items() if v is not None))
-        charts = [c for m in metrics if (c := curve_svg(m, [(s, nums.get(m)) for _, _, s, nums in stepped]))]
+        bars = {m: {s: b for r, _, s, _ in stepped if (b := _interval(r, m)) is not None} for m in metrics}
+        charts = [c for m in metrics if (c := curve_svg(m, [(s, nums.get(m)) for _, _, s, nums in stepped], bars=bars[m],
+                                                        level=_level(stepped, m)))]
         trade = self._tradeoff(rows)
         html = '<div class="ed-curves">' + "\n".join(([trade] if trade else []) + charts) + "</div>"
         return [Section("Training curves", html, order=15, id="curves")]

@@ -1,0 +1,81 @@
+"""The report's "Paired tests between runs" section: a sweep's runs tested item by item, each
+against the previous one.
+
+Why: a curve over checkpoints shows every wiggle; most steps between two checkpoints on 40
+forget items are inside the noise. Each metric the runs' benchmarks can read item by item
+(``Benchmark.item_sample`` on the runs' ``<GROUP>_EVAL.json``) goes through
+:func:`uncertainty.paired_series` in the order the runs are given (a sweep's order), and
+Holm's adjustment is taken over every pair of every metric shown (:func:`uncertainty.adjust`).
+No model runs; the per-item values are the published ones.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any, Sequence
+
+from .render.report_html import RunFolder, Section
+from .uncertainty import adjust, paired_series
+
+#: resamples and permutations per pair in the report (compare's default); seed 0
+RESAMPLES = 1000
+
+
+def _num(x: Any, signed: bool = False) -> str:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "-"
+    return f"{x:+.4g}" if signed else f"{x:.4g}"
+
+
+def series_rows(runs: Sequence[RunFolder], benches: Sequence[Any], against: str = "previous",
+                n_resamples: int = RESAMPLES, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per (metric, pair of runs), each with ``benchmark`` and ``metric``; adjusted together."""
+    labels = [Path(r.shown or r.path).name for r in runs]
+    rows: list[dict[str, Any]] = []
+    for bench in benches:
+        if not hasattr(bench, "item_sample"):
+            continue
+        group = bench.group.upper()
+        evals = [r.evals.get(group) or {} for r in runs]
+        names = list(dict.fromkeys(n for e in evals for n in e))
+        for name in names:
+            samples = {lab: bench.item_sample(name, e) if isinstance(e.get(name), dict) else None for lab, e in zip(labels, evals)}
+            held = {lab: s for lab, s in samples.items() if s is not None}
+            if len(held) < 2:
+                continue
+            for row in paired_series(held, against, n_resamples, seed):
+                rows.append({"benchmark": group, "metric": name, **row})
+    return adjust(rows)
+
+
+def paired_html(rows: list[dict[str, Any]]) -> str:
+    first = next((r for r in rows if r.get("n_resamples")), {})
+    body = "".join(
+        f"<tr><td>{escape(r['benchmark'])}/{escape(r['metric'])}</td><td>{escape(r['a_run'])} → {escape(r['b_run'])}</td>"
+        f"<td>{_num(r.get('delta'), True)}</td><td>{'[' + _num(r['percentile'][0], True) + ', ' + _num(r['percentile'][1], True) + ']' if r.get('percentile') else '-'}</td>"
+        f"<td>{_num(r.get('p_value'))}</td><td>{_num(r.get('p_holm'))}</td><td>{_num(r.get('mde'))}</td><td>{escape(str(r.get('verdict')))}</td></tr>"
+        for r in rows)
+    return (f'<p class="ed-muted">Each run against the previous one on the items both scored: the paired bootstrap '
+            f"interval of B − A ({first.get('n_resamples', RESAMPLES)} resamples, seed {first.get('seed', 0)}), the sign-flip "
+            f"permutation p-value, {len(rows)} tests, Holm-adjusted together; mde: the smallest difference found with 80% "
+            "power (docs/uncertainty.md).</p>"
+            '<table class="ed-table"><thead><tr><th>metric</th><th>A → B</th><th>B − A</th><th>interval</th><th>p</th>'
+            f"<th>p (Holm)</th><th>mde</th><th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+class PairedRuns:
+    """A report plugin: the section, for two runs or more that share per-item values."""
+
+    splits: tuple = ()
+
+    def __init__(self, benches: Sequence[Any] = ()):
+        self.benches = list(benches)
+
+    def report_sections(self, runs: list[RunFolder]) -> list[Section]:
+        if len(runs) < 2:
+            return []
+        rows = series_rows(runs, self.benches)
+        if not rows:
+            return []
+        return [Section("Paired tests between runs", paired_html(rows), order=16, id="paired-checkpoints")]
