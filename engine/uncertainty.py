@@ -18,7 +18,8 @@ three splits of model utility) and the statistic that turns them into the headli
   Monte Carlo otherwise.
 * :func:`cluster_interval`: a pool of runs of one method (training seeds) on the same items:
   seeds and items drawn independently (a crossed bootstrap), the mean over the drawn seeds of
-  the metric on the drawn items, so seed-to-seed variance is inside the interval.
+  the metric on the drawn items, so seed-to-seed variance is inside the interval;
+  :func:`pooled_paired`: two such pools (two methods) on the same items, B - A.
 * :func:`paired_series`: :func:`paired` along a series of runs (a sweep's checkpoints, a model
   before and after each attack), each against the previous or the first, Holm and
   Benjamini-Hochberg over the family (:func:`adjust`).
@@ -162,6 +163,33 @@ def _common(samples: Sequence[Sample]) -> tuple[list[Sample], dict[str, int]]:
     return out, {n: k for n, k in lost.items() if k}
 
 
+def _pooled(pools: list[list[Sample]], labels: list[str], signs: list[float]) -> Sample:
+    """A Sample whose strata are each pool's seed positions (a pool of one run has none: it is
+    not resampled) and then the shared strata of items; its value is the signed sum over pools
+    of the mean over drawn seeds of the metric on the drawn items."""
+    first = pools[0][0]
+    seeded = [i for i, p in enumerate(pools) if len(p) > 1]
+
+    def one(run: Sample, rows: tuple[np.ndarray, ...]) -> float:
+        return run.stat(*(v[r] for v, r in zip(run.values, rows)))
+
+    def stat(*vals: np.ndarray) -> float:
+        drawn = dict(zip(seeded, vals[:len(seeded)]))
+        rows = vals[len(seeded):]
+        return float(sum(sg * np.mean([one(p[int(s)], rows) for s in drawn.get(i, [0])]) for i, (p, sg) in enumerate(zip(pools, signs))))
+
+    names = tuple(labels[i] for i in seeded) + first.names
+    keys = tuple(tuple(str(j) for j in range(len(pools[i]))) for i in seeded) + first.keys
+    values = tuple(np.arange(len(pools[i])) for i in seeded) + tuple(np.arange(len(k)) for k in first.keys)
+    return Sample(names, keys, values, stat)
+
+
+def _seed_spread(runs: list[Sample]) -> tuple[list[float | None], float | None]:
+    each = [_finite(r.value()) for r in runs]
+    ok = [v for v in each if v is not None]
+    return each, (float(np.std(ok, ddof=1)) if len(ok) > 1 else None)
+
+
 def cluster_interval(samples: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
     """The interval of a metric over a pool of runs (one per training seed) on the same items.
 
@@ -174,24 +202,36 @@ def cluster_interval(samples: Sequence[Sample], n_resamples: int, seed: int, lev
     if not samples:
         raise ValueError("no runs to pool")
     runs, dropped = _common(list(samples))
-    if len(runs) == 1:
-        out = interval(runs[0], n_resamples, seed, level)
-        out["n_items"] = {"seeds": 1, **out["n_items"]}
-    else:
-        def stat(*vals: np.ndarray) -> float:  # vals[0]: seed positions; vals[1:]: each stratum's rows
-            seeds, rows = vals[0], vals[1:]
-            return float(np.mean([runs[int(s)].stat(*(v[r] for v, r in zip(runs[int(s)].values, rows))) for s in seeds]))
-
-        positions = tuple(np.arange(len(k)) for k in runs[0].keys)
-        pool = Sample(("seeds",) + runs[0].names, (tuple(str(i) for i in range(len(runs))),) + runs[0].keys,
-                      (np.arange(len(runs)),) + positions, stat)
-        out = interval(pool, n_resamples, seed, level)
-    each = [_finite(r.value()) for r in runs]
-    out["per_seed"] = each
-    ok = [v for v in each if v is not None]
-    out["between_seeds_sd"] = float(np.std(ok, ddof=1)) if len(ok) > 1 else None
+    out = interval(runs[0] if len(runs) == 1 else _pooled([runs], ["seeds"], [1.0]), n_resamples, seed, level)
+    out["n_items"] = {"seeds": len(runs), **{k: v for k, v in out["n_items"].items() if k != "seeds"}}
+    out["value"] = _finite(np.mean([r.value() for r in runs]))
+    out["per_seed"], out["between_seeds_sd"] = _seed_spread(runs)
     if dropped:
         out["unpaired_items"] = dropped
+    return out
+
+
+def pooled_paired(a: Sequence[Sample], b: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
+    """Two methods, each a pool of runs (training seeds) on the same items: B's mean over its
+    seeds minus A's, its interval with A's seeds, B's seeds and the items drawn independently
+    (items shared, so paired by item). No permutation test (the seeds are not paired); the
+    verdict is the interval's."""
+    if not a or not b:
+        raise ValueError("an empty pool")
+    runs, dropped = _common([*a, *b])
+    ra, rb = runs[:len(a)], runs[len(a):]
+    iv = interval(_pooled([ra, rb], ["seeds A", "seeds B"], [-1.0, 1.0]), n_resamples, seed, level)
+    va, vb = _finite(np.mean([r.value() for r in ra])), _finite(np.mean([r.value() for r in rb]))
+    (pa, sa), (pb, sb) = _seed_spread(ra), _seed_spread(rb)
+    out = {"a": va, "b": vb, "delta": _finite(vb - va) if va is not None and vb is not None else None,
+           "percentile": iv["percentile"], "BCa": iv["BCa"], "se": iv["se"], "mde": minimum_detectable(iv["se"], level),
+           "p_value": None, "exact": False, "permutations": 0, "interval_only": True,
+           "n_items": {"seeds A": len(ra), "seeds B": len(rb), **{k: v for k, v in iv["n_items"].items() if not k.startswith("seeds")}},
+           "per_seed": {"a": pa, "b": pb}, "between_seeds_sd": {"a": sa, "b": sb},
+           "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
+    if dropped:
+        out["unpaired_items"] = dropped
+    out["verdict"] = verdict(out, level)
     return out
 
 
@@ -293,6 +333,8 @@ def paired_series(runs: Mapping[str, Sample], against: str = "previous", n_resam
 def verdict(row: dict[str, Any], level: float = 0.95) -> str:
     """``B > A``, ``B < A`` or ``inside the noise`` (or why there is no verdict)."""
     ci, p = row.get("percentile"), row.get("p_value")
+    if p is None and row.get("interval_only"):
+        p = 0.0  # a pooled comparison: the interval alone decides
     if ci is None or p is None or row.get("delta") is None:
         return "no test (too few paired items or a NaN value)"
     if ci[0] <= 0.0 <= ci[1] or p >= 1.0 - level:
