@@ -192,16 +192,23 @@ class UnlearningBenchmark(Benchmark):
             print(f"evaldag: warning: {side} has a different tokenizer than --model {cfg.model}: {', '.join(names)} "
                   f"then {verb} scores computed on different tokenizations", file=sys.stderr)
 
-    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+    def item_sample(self, name: str, evals: dict[str, Any], retain: dict[str, Any] | None = None) -> Any:
         """The metric's items from an EVAL file, as its interval reads them (None: no per-item
-        values there: forget quality and privleak need the retain side, model utility its nine parts)."""
+        values there: forget quality and privleak need the retain side, ``retain``, the retain
+        logs' EVAL file the run read; model utility its nine parts)."""
         from ...metrics.unlearning.intervals import sample_of
         from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
 
         kind = self.spec.interval_kind(name)
-        if kind in (None, "ks", "privleak"):
+        if kind is None or (kind in ("ks", "privleak") and not isinstance(retain, dict)):
             return None
-        parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS} if kind == "hmean" else {"metric": evals.get(name)}
+        if kind in ("ks", "privleak"):
+            part = "forget_truth_ratio" if kind == "ks" else "mia_min_k"
+            parents = {"forget": evals.get(part), "retain": retain.get(part)}
+        elif kind == "hmean":
+            parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS}
+        else:
+            parents = {"metric": evals.get(name)}
         if any(not isinstance(b, dict) for b in parents.values()):
             return None
         try:

@@ -116,8 +116,23 @@ def add_paired(rows: list[dict], fa: Path | list[Path], fb: Path | list[Path], n
         return evals[key]
 
     def samples(folders: list[Path], bench: Any, r: dict) -> list[Any] | None:
-        out = [bench.item_sample(r["metric"], e) if isinstance(e := file(f, r["benchmark"]), dict) else None for f in folders]
+        out = [bench.item_sample(r["metric"], e, retain_of(f, r["benchmark"])) if isinstance(e := file(f, r["benchmark"]), dict)
+               else None for f in folders]
         return None if any(s is None for s in out) else out
+
+    def retain_of(folder: Path, group: str) -> Any:
+        """The retain logs' EVAL file the run read (run.json names it), or None: forget quality
+        and privleak need the retain model's items, which a run's own EVAL file does not hold."""
+        key = (str(folder), group + "/retain")
+        if key not in evals:
+            meta = _read(folder / "run.json") if (folder / "run.json").is_file() else {}
+            res = ((meta.get("provenance") or {}).get("resources") or {}) if isinstance(meta, dict) else {}
+            src = (res.get(f"{group.lower()}_retain_logs") or {}).get("source") if isinstance(res, dict) else None
+            try:
+                evals[key] = _read(Path(src)) if isinstance(src, str) and Path(src).is_file() else None
+            except ExportError:
+                evals[key] = None
+        return evals[key]
 
     tested = []
     for r in rows:
@@ -129,6 +144,8 @@ def add_paired(rows: list[dict], fa: Path | list[Path], fb: Path | list[Path], n
             continue
         try:
             r["paired"] = paired(sa[0], sb[0], n_resamples, seed) if len(sa) == len(sb) == 1 else pooled_paired(sa, sb, n_resamples, seed)
+            if sa[0].notes.get("statistic") == "ks":
+                r["paired"]["statistic"] = "ks"  # B - A on the KS statistic: forget quality falls as it grows
         except ValueError as e:
             r["paired"] = {"verdict": f"no test ({e})"}
         tested.append(r)
@@ -162,7 +179,7 @@ def render(rows: list[dict], a: str, b: str) -> str:
             n = sum((p.get("n_items") or {}).values())
             lines.append(f"{r['benchmark'] + '/' + r['metric']:<{w}}  {_fmt(p.get('delta'), True):>10}  {span:>21}  "
                          f"{_fmt(p.get('p_value')):>8}  {_fmt(p.get('p_holm')):>8}  {n:>6}  {p['verdict']}"
-                         + ("  (exact)" if p.get("exact") else "") + ("  (pooled seeds: the interval alone)" if p.get("interval_only") else ""))
+                         + ("  (exact)" if p.get("exact") else "") + ("  (on the KS statistic)" if p.get("statistic") == "ks" else "") + ("  (pooled seeds: the interval alone)" if p.get("interval_only") else ""))
     return "\n".join(lines) + "\n"
 
 
