@@ -37,6 +37,7 @@ class IntervalOptions(BaseModel):
     bootstrap_resamples: int = Field(0, ge=0)  # seeded bootstrap resamples per interval; 0: no intervals
     seed: int = 0  # the bootstrap's seed
     confidence_level: float = Field(0.95, gt=0, lt=1)
+    summary_intervals: bool = False  # the intervals also in <BENCH>_SUMMARY.json, under "intervals"
 
 
 def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) -> None:

@@ -64,6 +64,11 @@ class UnlearningBenchmark(Benchmark):
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
         try:
+            p.add_argument("--summary-intervals", action="store_true",
+                           help="TOFU, MUSE: with --bootstrap-resamples, the intervals also in <BENCH>_SUMMARY.json (\"intervals\")")
+        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
+            pass
+        try:
             add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
                                              "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
         except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
@@ -86,6 +91,7 @@ class UnlearningBenchmark(Benchmark):
             prompt_transforms=parse(getattr(args, "prompt_transform", None)),
             **classifier_options(args),
             **bootstrap_options(args, resamples=0, seed=0),
+            summary_intervals=bool(getattr(args, "summary_intervals", False)),
             **self.own_config(args),
         )
 
@@ -215,6 +221,18 @@ class UnlearningBenchmark(Benchmark):
             return sample_of(kind, parents)
         except (ValueError, KeyError, TypeError):
             return None
+
+    def write_outputs(self, result: Any, out_dir: Any, config: Any) -> list:
+        """With ``--summary-intervals``: each interval of ``<GROUP>_INTERVALS`` also in
+        ``<GROUP>_SUMMARY.json`` under ``"intervals"`` (the numbers keep their keys and values)."""
+        from ...engine.outputs import add_to_summary
+        from .catalogue import INTERVALS
+
+        if not (getattr(config, "summary_intervals", False) and getattr(config, "bootstrap_resamples", 0)):
+            return []
+        ivs = {n: r.to_dict() for n, r in result.results(self.group.upper() + INTERVALS).items() if hasattr(r, "to_dict")}
+        keep = ("percentile", "BCa", "confidence_level", "n_resamples", "seed")
+        return [add_to_summary(out_dir, self.group, "intervals", {n: {k: b.get(k) for k in keep} for n, b in sorted(ivs.items())})]
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

@@ -44,3 +44,12 @@ def test_warm_rerun_with_intervals_forwards_nothing(tmp_path):
     assert json.loads((again / "TOFU_INTERVALS_EVAL.json").read_text()) == ivs
     nodes = json.loads((again / "run.json").read_text())["nodes"]
     assert all(n["status"] == "cached" for n in nodes.values())
+    # on request, the intervals in TOFU_SUMMARY.json too, under "intervals"; every other key as it was
+    asked = _run(tmp_path, "asked", "--bootstrap-resamples", "200", "--seed", "5", "--summary-intervals")
+    summary, plain = json.loads((asked / "TOFU_SUMMARY.json").read_text()), json.loads((cold / "TOFU_SUMMARY.json").read_text())
+    assert {k: v for k, v in summary.items() if k != "intervals"} == plain
+    assert (asked / "TOFU_EVAL.json").read_bytes() == (cold / "TOFU_EVAL.json").read_bytes()
+    assert set(summary["intervals"]) == set(ivs)
+    for name, iv in summary["intervals"].items():
+        assert iv == {"percentile": ivs[name]["percentile"], "BCa": ivs[name]["BCa"], "confidence_level": 0.95,
+                      "n_resamples": 200, "seed": 5}, name
