@@ -6,7 +6,9 @@ forget items are inside the noise. Each metric the runs' benchmarks can read ite
 (``Benchmark.item_sample`` on the runs' ``<GROUP>_EVAL.json``) goes through
 :func:`uncertainty.paired_series` in the order the runs are given (a sweep's order), and
 Holm's adjustment is taken over every pair of every metric shown (:func:`uncertainty.adjust`).
-No model runs; the per-item values are the published ones.
+No model runs; the per-item values are the published ones. Shown for runs that asked for
+intervals (``--bootstrap-resamples N --seed S``: the same N and S here), since the tests take
+seconds per pair (8 s for 31 TOFU metrics at N = 1000 on one busy core).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any, Sequence
 from .render.report_html import RunFolder, Section
 from .uncertainty import adjust, paired_series
 
-#: resamples and permutations per pair in the report (compare's default); seed 0
+#: resamples and permutations per pair when none is given (compare's default)
 RESAMPLES = 1000
+INTERVALS = "_INTERVALS"  # the interval files' group suffix: <GROUP>_INTERVALS_EVAL.json
 
 
 def _num(x: Any, signed: bool = False) -> str:
@@ -64,6 +67,22 @@ def paired_html(rows: list[dict[str, Any]]) -> str:
             f"<th>p (Holm)</th><th>mde</th><th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
 
 
+def _asked(runs: Sequence[RunFolder]) -> tuple[int, int] | None:
+    """The resamples and seed the runs' intervals were drawn with (``<GROUP>_INTERVALS_EVAL.json``),
+    or None when a run asked for none: the tests cost seconds per pair, so only runs that asked
+    for intervals (``--bootstrap-resamples``) get them."""
+    found = None
+    for r in runs:
+        blocks = [b for g, e in r.evals.items() if g.endswith(INTERVALS) for b in (e or {}).values() if isinstance(b, dict)]
+        n = next((b.get("n_resamples") for b in blocks if isinstance(b.get("n_resamples"), int) and b["n_resamples"] > 0), None)
+        if n is None:
+            return None
+        if found is None:
+            seed = next((b.get("seed") for b in blocks if isinstance(b.get("seed"), int)), 0)
+            found = (n, seed)
+    return found
+
+
 class PairedRuns:
     """A report plugin: the section, for two runs or more that share per-item values."""
 
@@ -73,9 +92,10 @@ class PairedRuns:
         self.benches = list(benches)
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
-        if len(runs) < 2:
+        asked = _asked(runs)
+        if len(runs) < 2 or asked is None:
             return []
-        rows = series_rows(runs, self.benches)
+        rows = series_rows(runs, self.benches, n_resamples=asked[0], seed=asked[1])
         if not rows:
             return []
         return [Section("Paired tests between runs", paired_html(rows), order=16, id="paired-checkpoints")]

@@ -19,9 +19,8 @@ from typing import Any, Sequence
 from . import selection
 from .checkpoints import run_step
 from .render.curves import curve_svg, tradeoff_svg
+from .paired_report import INTERVALS  # the interval files' group suffix
 from .render.report_html import RunFolder, Section
-
-INTERVALS = "_INTERVALS"  # the interval files' group suffix: <GROUP>_INTERVALS_EVAL.json
 
 
 def _model(r: RunFolder, role: str = "model") -> str:

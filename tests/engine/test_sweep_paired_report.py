@@ -25,7 +25,7 @@ def _folders(tmp_path, intervals=True):
         (d / "TOFU_SUMMARY.json").write_text(json.dumps({"forget_Q_A_Prob": m}))
         if intervals:
             (d / "TOFU_INTERVALS_EVAL.json").write_text(json.dumps({"forget_Q_A_Prob": {
-                "agg_value": m, "percentile": [m - 0.05, m + 0.05], "confidence_level": 0.95, "n_resamples": 100, "seed": 0}}))
+                "agg_value": m, "percentile": [m - 0.05, m + 0.05], "confidence_level": 0.95, "n_resamples": 1000, "seed": 0}}))
         (d / "run.json").write_text(json.dumps({"benchmarks": ["tofu"], "provenance": {"resources": {"model": {"path": f"ck/{name}"}}}}))
         out.append(d)
     return out
@@ -50,5 +50,7 @@ def test_interval_bars_on_the_curves(tmp_path):
     curve = curve[: curve.index("</svg>")]
     assert len(re.findall(r'class="ed-bar"', curve)) == 3
     assert "95% interval [" in curve
-    plain = build_report_html(_folders(tmp_path / "x", intervals=False) if (tmp_path / "x").mkdir() is None else [])
-    assert 'class="ed-bar"' not in plain
+    (tmp_path / "x").mkdir()
+    plain = build_report_html(_folders(tmp_path / "x", intervals=False))
+    assert 'class="ed-bar"' not in plain and 'data-plot="curve"' in plain
+    assert 'id="paired-checkpoints"' not in plain  # runs that asked for no intervals: no paired tests
