@@ -28,7 +28,8 @@ import numpy as np
 
 from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
 from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
-from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
+from .hf_generation import DecodeLoop, forward_params, hf_generate, lean_loop_fits
+from . import hf_prefix
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
@@ -73,6 +74,9 @@ class HFAdapter(ModelAdapter):
         self._lean: bool | None = None  # whether the lean decode loop serves this model
         self._root_only = False  # weights split over ranks: see root_forward_only
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
+        self._share: bool | None = None  # whether this model's cache lets contexts be shared (hf_prefix.cache_fits)
+        self._sharing = False  # the executor asked for shared contexts in this token-statistics group
+        self._shared_account: dict[str, Any] = {}  # rows, contexts, tokens served with shared contexts
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
@@ -141,9 +145,30 @@ class HFAdapter(ModelAdapter):
         return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
 
     def served(self, kind: str) -> dict | None:
-        """A plugin kind's account of how it served its rows (``Handlers.add(..., served=)``)."""
+        """A plugin kind's account of how it served its rows (``Handlers.add(..., served=)``); for
+        token statistics, whether contexts were shared (hf_prefix) and how much that saved."""
         fn = self.handlers.served(kind)
-        return fn(self) if fn is not None else None
+        if fn is not None:
+            return fn(self)
+        if kind != "token_stats" or self._share is None:
+            return None
+        if not self._share:
+            return {"prefix_sharing": "unavailable: this model's cache is not a plain DynamicCache"}
+        if not self._sharing:
+            return {"prefix_sharing": "off"}
+        return {"prefix_sharing": "on", **self._shared_account}
+
+    def share_prefixes(self, kind: str, wanted: bool) -> bool:
+        """Token statistics share a batch's repeated contexts (hf_prefix) when ``wanted`` and the
+        model's cache allows it; the executor then packs each context's requests together."""
+        if kind != "token_stats" or self._root_only:
+            return False
+        if self._share is None:
+            self._share = hf_prefix.cache_fits(self.model)
+        self._sharing = bool(wanted and self._share)
+        if self._sharing and not self._shared_account:
+            self._shared_account.update(rows=0, contexts=0, tokens_asked=0, tokens_forwarded=0)
+        return self._sharing
 
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
@@ -268,6 +293,9 @@ class HFAdapter(ModelAdapter):
 
         if any(not r.context_ids for r in reqs):
             raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
+        if self._sharing and self.padding_side is None and hf_prefix.repeated(reqs):
+            arg = "cache" if "cache" in forward_params(self.model) else "past_key_values"  # renamed in transformers 5.24
+            return hf_prefix.shared_token_stats(self, reqs, _stats_kernel, arg, self._shared_account)
         side = self.padding_side or TokenStats.padding_side
         ids, mask, pos, starts = self.pad([r.context_ids + r.continuation_ids for r in reqs], side)
         b_idx, t_idx, tgt = [], [], []
