@@ -129,6 +129,7 @@ class Executor:
         self.stats = ExecutorStats()
         self._adapters: dict[str, ModelAdapter] = {}
         self._budgets: dict[tuple[str, str], Budget] = {}
+        self._sharing: dict[tuple[str, str], bool] = {}  # (model, kind) -> packed by shared prefix
 
     def adapter(self, model: ModelResource, fp: str | None = None) -> ModelAdapter:
         fp = fp or model.fingerprint()
@@ -249,7 +250,9 @@ class Executor:
         length = _length
         if self.deterministic:
             items = sorted(items, key=lambda x: x[0])  # a fixed order, whatever order they were asked in
-        if adapter.share_prefixes(kind, self.prefix_sharing):
+        shares = adapter.share_prefixes(kind, self.prefix_sharing)
+        self._sharing[(fp, kind)] = shares
+        if shares:
             packer = lambda xs, b: pack_by_prefix(xs, length, _prefix, b)  # noqa: E731
         else:
             packer = lambda xs, b: pack(xs, length, b)  # noqa: E731
@@ -326,6 +329,7 @@ class Executor:
         return {"device": str(adapter.device), "dtype": adapter.dtype,
                 "batch_size": len(batch), "batch_padded_tokens": padded_tokens(batch, _length),
                 "budget_tokens": budget.tokens if budget else None, "deterministic": self.deterministic,
+                "prefix_sharing": self._sharing.get((fp, kind), False),
                 "backend": self._backends.get(fp, {})}
 
     @staticmethod

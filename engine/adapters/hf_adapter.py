@@ -28,7 +28,7 @@ import numpy as np
 
 from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
 from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
-from .hf_generation import DecodeLoop, forward_params, hf_generate, lean_loop_fits
+from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from . import hf_prefix
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
@@ -74,9 +74,7 @@ class HFAdapter(ModelAdapter):
         self._lean: bool | None = None  # whether the lean decode loop serves this model
         self._root_only = False  # weights split over ranks: see root_forward_only
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
-        self._share: bool | None = None  # whether this model's cache lets contexts be shared (hf_prefix.cache_fits)
-        self._sharing = False  # the executor asked for shared contexts in this token-statistics group
-        self._shared_account: dict[str, Any] = {}  # rows, contexts, tokens served with shared contexts
+        self.prefixes = hf_prefix.PrefixSharing()  # token statistics' shared contexts: on or off, and the account
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
@@ -150,25 +148,12 @@ class HFAdapter(ModelAdapter):
         fn = self.handlers.served(kind)
         if fn is not None:
             return fn(self)
-        if kind != "token_stats" or self._share is None:
-            return None
-        if not self._share:
-            return {"prefix_sharing": "unavailable: this model's cache is not a plain DynamicCache"}
-        if not self._sharing:
-            return {"prefix_sharing": "off"}
-        return {"prefix_sharing": "on", **self._shared_account}
+        return self.prefixes.account() if kind == "token_stats" else None
 
     def share_prefixes(self, kind: str, wanted: bool) -> bool:
         """Token statistics share a batch's repeated contexts (hf_prefix) when ``wanted`` and the
         model's cache allows it; the executor then packs each context's requests together."""
-        if kind != "token_stats" or self._root_only:
-            return False
-        if self._share is None:
-            self._share = hf_prefix.cache_fits(self.model)
-        self._sharing = bool(wanted and self._share)
-        if self._sharing and not self._shared_account:
-            self._shared_account.update(rows=0, contexts=0, tokens_asked=0, tokens_forwarded=0)
-        return self._sharing
+        return kind == "token_stats" and not self._root_only and self.prefixes.decide(self.model, wanted)
 
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
@@ -293,9 +278,8 @@ class HFAdapter(ModelAdapter):
 
         if any(not r.context_ids for r in reqs):
             raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
-        if self._sharing and self.padding_side is None and hf_prefix.repeated(reqs):
-            arg = "cache" if "cache" in forward_params(self.model) else "past_key_values"  # renamed in transformers 5.24
-            return hf_prefix.shared_token_stats(self, reqs, _stats_kernel, arg, self._shared_account)
+        if self.prefixes.on and self.padding_side is None and hf_prefix.repeated(reqs):
+            return hf_prefix.shared_token_stats(self, reqs, _stats_kernel)
         side = self.padding_side or TokenStats.padding_side
         ids, mask, pos, starts = self.pad([r.context_ids + r.continuation_ids for r in reqs], side)
         b_idx, t_idx, tgt = [], [], []

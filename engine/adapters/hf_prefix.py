@@ -27,8 +27,38 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..requests import TokenStats, TokenStatsResult
+from .hf_generation import forward_params
 
 # Heavy imports (torch, transformers) happen inside the functions that use them.
+
+
+class PrefixSharing:
+    """One adapter's setting and account: whether the executor asked for shared contexts (and
+    the model's cache allows them), and the rows, contexts and tokens served that way so far
+    (run.json's ``executor.served``)."""
+
+    def __init__(self) -> None:
+        self.available: bool | None = None  # None until the first token-statistics group asks
+        self.on = False
+        self.counts = {"rows": 0, "contexts": 0, "tokens_asked": 0, "tokens_forwarded": 0}
+
+    def decide(self, model: Any, wanted: bool) -> bool:
+        if self.available is None:
+            self.available = cache_fits(model)
+        self.on = bool(wanted and self.available)
+        return self.on
+
+    def account(self) -> dict | None:
+        if self.available is None:
+            return None
+        if not self.available:
+            return {"prefix_sharing": "unavailable: this model's cache is not a plain DynamicCache"}
+        return {"prefix_sharing": "on", **self.counts} if self.on else {"prefix_sharing": "off"}
+
+    def add(self, rows: int, contexts: int, asked: int, forwarded: int) -> None:
+        c = self.counts
+        c["rows"], c["contexts"] = c["rows"] + rows, c["contexts"] + contexts
+        c["tokens_asked"], c["tokens_forwarded"] = c["tokens_asked"] + asked, c["tokens_forwarded"] + forwarded
 
 
 def cache_fits(model: Any) -> bool:
@@ -50,16 +80,16 @@ def repeated(reqs: Sequence[TokenStats]) -> bool:
     return len({r.context_ids for r in reqs}) < len(reqs)
 
 
-def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable, cache_arg: str,
-                       account: dict) -> list[TokenStatsResult]:
+def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -> list[TokenStatsResult]:
     """:meth:`HFAdapter._token_stats`'s results for ``reqs``, each distinct context forwarded once.
 
-    ``kernel`` is hf_adapter's ``_stats_kernel``; ``cache_arg`` the forward's name for the
-    cache (``past_key_values``, or ``cache`` in newer transformers); ``account`` gains the
-    rows, contexts and tokens of this batch (run.json's ``executor.served``).
+    ``kernel`` is hf_adapter's ``_stats_kernel``; ``adapter.prefixes`` counts the batch's rows,
+    contexts and tokens (run.json's ``executor.served``).
     """
     import torch
     from transformers import DynamicCache
+
+    cache_arg = "cache" if "cache" in forward_params(adapter.model) else "past_key_values"  # renamed in transformers 5.24
 
     model, pad, masked = adapter.model, adapter.pad_id, adapter.masked_id
     contexts: dict[tuple[int, ...], int] = {}
@@ -120,10 +150,7 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable, c
     forwarded_real = sum(map(len, ctx)) + int(areal.sum()) if wa > 0 else sum(map(len, ctx))
     forwarded = len(ctx) * wc + (len(reqs) * wa if wa > 0 else 0)
     adapter.record_tokens(forwarded_real, forwarded)
-    account["rows"] = account.get("rows", 0) + len(reqs)
-    account["contexts"] = account.get("contexts", 0) + len(ctx)
-    account["tokens_asked"] = account.get("tokens_asked", 0) + sum(r.length() for r in reqs)
-    account["tokens_forwarded"] = account.get("tokens_forwarded", 0) + forwarded
+    adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
     results, done = [], 0
     for r in reqs:
         s = slice(done, done + len(r.continuation_ids))
