@@ -47,7 +47,8 @@ from tests.realmodel import smollm  # noqa: E402,F401
 # together, so that server starts once per run (50-70 s of CPU here), not once per worker.
 _ONE_WORKER = {f"tests/engine/test_openai_{name}.py": "vllm-server" for name in ("cli", "fidelity", "vllm")}
 # and the real-model tier's modules share one worker, so its model is dequantized once per run
-_ONE_WORKER.update({f"tests/engine/{name}.py": "realmodel" for name in ("test_realmodel", "test_grad_norm_real_model")})
+_ONE_WORKER.update({f"tests/engine/{name}.py": "realmodel" for name in ("test_realmodel", "test_grad_norm_real_model",
+                                                                                   "test_prefix_sharing_real_model")})
 
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
