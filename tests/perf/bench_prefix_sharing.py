@@ -17,6 +17,12 @@ template.
   (batching.pack_by_prefix), the distinct questions forwarded once, left padded, into a
   KV cache, the answers on top of it (adapters/hf_prefix.py).
 
+``--tofu-run FOLDER [--limit N]``: instead, the whole ``evaldag run tofu`` (bench_floor's
+metrics) on that model twice in this process, ``--prefix-sharing off`` then on, each with a
+fresh cache after a discarded warm-up run: CPU seconds by request kind and for the whole
+run, and per TOFU metric the largest relative change of any number of its TOFU_EVAL entry
+and of its summary value.
+
 Prints CPU and wall seconds (median of --repeat; a fresh executor each time, no request
 store), tokens forwarded, the largest log-prob difference between the two, and what that
 does to the metrics computed from them: the largest relative change of a row's probability
@@ -60,6 +66,51 @@ def metric_drift(reqs, got, shared, groups) -> str:
     return f"largest relative change: probability {prob:.1e}, truth ratio {tr:.1e} (golden tolerance 2e-5)"
 
 
+def _numbers(x, path=""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{path}/{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{path}/{i}")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield path, float(x)
+
+
+def tofu_run(folder: Path, limit: str, template: str) -> None:
+    """The whole run, off then on: CPU seconds by kind, and every TOFU number's change."""
+    from bench_floor import METRICS, record_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        base = ["run", "tofu", "--quiet", "--model", str(folder), "--data", str(FIX / "tofu_tiny"), "--metrics", METRICS,
+                "--template", template]
+        record_run(base + ["--limit", "1", "--out", str(tmp / "w"), "--cache-dir", str(tmp / "cw")])  # warm-up
+        got = {}
+        for way in ("off", "on"):
+            _, spent, run, whole = record_run(base + ["--limit", limit, "--prefix-sharing", way, "--out", str(tmp / way),
+                                                      "--cache-dir", str(tmp / f"c{way}")])
+            ev = json.loads((tmp / way / "TOFU_EVAL.json").read_text())
+            sm = json.loads((tmp / way / "TOFU_SUMMARY.json").read_text())
+            got[way] = (spent, whole, ev, sm, run)
+        print(f"{folder.name}, --template {template}, --limit {limit}: evaldag run tofu, off then on, one thread")
+        for kind in sorted(got["off"][0]):
+            off, on = got["off"][0][kind][1], got["on"][0].get(kind, [0, 0])[1]
+            print(f"  {kind:<12} off {off:7.2f} CPU s   on {on:7.2f} CPU s   x{off / on if on else float('nan'):.2f}")
+        w_off, w_on = got["off"][1], got["on"][1]
+        print(f"  whole run    off {w_off.cpu:7.2f} CPU s   on {w_on.cpu:7.2f} CPU s   x{w_off.cpu / w_on.cpu:.2f} "
+              f"(wall {w_off.wall:.1f} / {w_on.wall:.1f})")
+        print(f"  served: {[k.get('token_stats') for k in got['on'][4]['executor'].get('served', {}).values()]}")
+        ev_off, ev_on, sm_off, sm_on = got["off"][2], got["on"][2], got["off"][3], got["on"][3]
+        for metric in sorted(ev_off):
+            a, b = dict(_numbers(ev_off[metric])), dict(_numbers(ev_on[metric]))
+            rel = max((abs(a[k] - b[k]) / max(abs(a[k]), abs(b[k])) for k in a if k in b and a[k] != b[k]), default=0.0)
+            s_off, s_on = sm_off.get(metric), sm_on.get(metric)
+            srel = (abs(s_off - s_on) / max(abs(s_off), abs(s_on))
+                    if isinstance(s_off, float) and isinstance(s_on, float) and s_off != s_on else 0.0)
+            print(f"  {metric:<28} summary {s_off!s:>24} -> {s_on!s:<24} rel {srel:.1e}; largest over its EVAL numbers {rel:.1e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", type=int, default=400)
@@ -67,7 +118,11 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[], help="another model folder (repeatable)")
     ap.add_argument("--template", default="plain", choices=("plain", "chat"))
     ap.add_argument("--only", action="store_true", help="only the --model folders")
+    ap.add_argument("--tofu-run", default=None, metavar="FOLDER", help="the whole evaldag run tofu, off then on")
+    ap.add_argument("--limit", default="10", help="with --tofu-run: rows a split")
     args = ap.parse_args()
+    if args.tofu_run:
+        return tofu_run(Path(args.tofu_run), args.limit, args.template)
     import numpy as np
     import torch
 
