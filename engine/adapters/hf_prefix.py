@@ -76,8 +76,9 @@ def cache_fits(model: Any) -> bool:
 
 
 def repeated(reqs: Sequence[TokenStats]) -> bool:
-    """Whether two requests of the batch share their context (else there is nothing to share)."""
-    return len({r.context_ids for r in reqs}) < len(reqs)
+    """Whether two requests of the batch share their context (else there is nothing to share) and
+    every request scores a token (an empty continuation is the plain path's case)."""
+    return len({r.context_ids for r in reqs}) < len(reqs) and all(r.continuation_ids for r in reqs)
 
 
 def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -> list[TokenStatsResult]:

@@ -155,3 +155,17 @@ def test_on_by_default_off_by_option_and_run_json_says_which(tmp_path):
     assert a.keys() == b.keys() and len(a) > 100
     far = [(k, a[k], b[k]) for k in a if not math.isclose(a[k], b[k], rel_tol=GOLDEN_RTOL, abs_tol=GOLDEN_ATOL)]
     assert not far, far[:5]
+
+
+def test_a_batch_with_an_empty_continuation_is_served_plainly():
+    res = resource("llama")
+    reqs = _truth_ratio_requests(res)[:7]
+    reqs.append(TokenStats(reqs[0].context_ids, ()))
+    before = res.load().served("token_stats") or {"rows": 0}
+    ex = Executor()
+    shared = ex.serve([(res, r) for r in reqs])
+    plain = Executor(prefix_sharing=False).serve([(res, r) for r in reqs])
+    assert len(shared[-1].logprob) == 0
+    assert _served(ex)["rows"] == before.get("rows", 0)  # packed together, served by the plain path
+    for p, s in zip(plain, shared):
+        np.testing.assert_allclose(s.logprob, p.logprob, atol=LOGPROB_ATOL, rtol=0)
