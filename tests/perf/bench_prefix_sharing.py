@@ -160,14 +160,13 @@ def main() -> None:
                 runs = {}
                 for share, t_list, c_list in ((False, t_plain, c_plain), (True, t_shared, c_shared)):
                     ex = Executor(prefix_sharing=share)
-                    before = dict(res.load().served("token_stats") or {})  # the adapter counts over its life
+                    before = dict(res.load().prefixes.counts)  # the adapter counts over its life
                     t, c = time.perf_counter(), time.process_time()
                     got = ex.serve([(res, r) for r in reqs])
                     t_list.append(time.perf_counter() - t)
                     c_list.append(time.process_time() - c)
-                    after = res.load().served("token_stats") or {}
-                    runs[share] = (got, ex.stats.by_kind["token_stats"],
-                                   {k: v - before.get(k, 0) for k, v in after.items() if isinstance(v, int)})
+                    after = res.load().prefixes.counts
+                    runs[share] = (got, ex.stats.by_kind["token_stats"], {k: v - before[k] for k, v in after.items()})
             (plain_got, plain_st, _), (shared_got, shared_st, account) = runs[False], runs[True]
             got = dict(zip(reqs, plain_got))
             shared = [s.logprob for s in shared_got]
