@@ -32,12 +32,12 @@ def test_shared_prefixes_on_the_real_model_stay_within_the_stated_drift(smollm):
                 [r["answer"], r["paraphrased_answer"], *r["perturbed_answer"]]]
         questions.append([TokenStats(tuple(e.context_ids), tuple(e.continuation_ids)) for e in encs])
     reqs = [q for group in questions for q in group]
-    before = dict(res.load().served("token_stats") or {})
+    before = dict(res.load().prefixes.counts)  # the session's adapter counts over its life
     plain = Executor(prefix_sharing=False).serve([(res, r) for r in reqs])
     shared = Executor().serve([(res, r) for r in reqs])
     after = res.load().served("token_stats")
-    assert after["prefix_sharing"] == "on" and after["rows"] - before.get("rows", 0) == len(reqs)
-    assert after["contexts"] - before.get("contexts", 0) == len(questions)  # one context per question
+    assert after["prefix_sharing"] == "on" and after["rows"] - before["rows"] == len(reqs)
+    assert after["contexts"] - before["contexts"] == len(questions)  # one context per question
     worst = max(float(np.abs(p.logprob - s.logprob).max()) for p, s in zip(plain, shared))
     assert 0 < worst <= REAL_LOGPROB_ATOL
     prob = [[float(np.exp(x.logprob.astype(np.float64).mean())) for x in run] for run in (plain, shared)]
