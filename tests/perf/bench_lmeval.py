@@ -23,7 +23,8 @@ from pathlib import Path
 
 # measured 2026-11-24 on the shared 2-core machine under load (40 rows; 200 rows forwarded by each):
 # HFLM batch_size=1 50.0 s, HFLM batch_size=auto 175.4 s (its batch-size search on CPU),
-# evaldag cold 36.1 s, evaldag warm 6.1 s (no weights, no torch: the node store and the task index)
+# evaldag cold 36.1 s, evaldag warm 6.1 s (no weights, no torch: the node store and the task index).
+# The real-model row (docs/performance.md): --model SmolLM2's fp32 folder --rows 20 --skip-auto.
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
