@@ -112,27 +112,34 @@ def main() -> None:
         from evaldag.engine.adapters.hf_generation import eos_ids
 
         adapter_eos = eos_ids(model) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
+        print(f"{folder.name}: {len(reqs)} prompts, greedy, up to {args.new} new tokens, one thread", flush=True)
+
+        def say(name: str, c: Clock, same: bool) -> None:
+            print(f"  {name:<62} {c.cpu:8.2f} CPU s {c.wall:8.2f} wall s  x{c_ev.cpu / c.cpu:5.2f} (CPU)  "
+                  f"strings {'equal' if same else 'DIFFER'}", flush=True)
+
         lines = [("evaldag decode loop", c_ev, True)]
+        say(*lines[0])
         with torch.inference_mode():
             gen()  # warm-up
             with Clock() as c:
                 got = gen()
             lines.append(("generate, dynamic cache", c, got == ours))
+            say(*lines[-1])
             with Clock() as c:
-                got = gen(cache_implementation="static")
+                got = gen(cache_implementation="static", disable_compile=True)  # no automatic compile: eager
             lines.append(("generate, static cache (eager)", c, got == ours))
+            say(*lines[-1])
             if not args.skip_compile:
                 model.forward = torch.compile(model.forward)
                 with Clock() as c:
                     got = gen(cache_implementation="static")
                 lines.append(("static cache + torch.compile, first call (compile included)", c, got == ours))
+                say(*lines[-1])
                 with Clock() as c:
                     got = gen(cache_implementation="static")
                 lines.append(("static cache + torch.compile, second call", c, got == ours))
-        print(f"{folder.name}: {len(reqs)} prompts, greedy, up to {args.new} new tokens, one thread")
-        for name, c, same in lines:
-            print(f"  {name:<62} {c.cpu:8.2f} CPU s {c.wall:8.2f} wall s  x{c_ev.cpu / c.cpu:5.2f} (CPU)  "
-                  f"strings {'equal' if same else 'DIFFER'}")
+                say(*lines[-1])
         one, five, _ = os.getloadavg()
         print(f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores")
 
