@@ -45,7 +45,8 @@ from tests.realmodel import smollm  # noqa: E402,F401
 # Under `pytest -n N --dist loadfile` (the README's command) each worker starts the session
 # servers its modules need: the three modules that talk to the vLLM server go to one worker
 # together, so that server starts once per run (50-70 s of CPU here), not once per worker.
-_ONE_WORKER = {f"tests/engine/test_openai_{name}.py": "vllm-server" for name in ("cli", "fidelity", "vllm")}
+_ONE_WORKER = {f"tests/engine/test_{name}.py": "vllm-server" for name in ("openai_cli", "openai_fidelity", "openai_vllm",
+                                                                          "fallback_proof")}
 # and the real-model tier's modules share one worker, so its model is dequantized once per run
 _ONE_WORKER.update({f"tests/engine/{name}.py": "realmodel" for name in ("test_realmodel", "test_grad_norm_real_model")})
 
