@@ -1,7 +1,9 @@
 """The ``evaldag`` command run in the test's own process: its entry point with stdout, stderr
 and warnings captured, returned as a ``CompletedProcess``. A fresh process per run costs ~10 s
 of torch and transformers imports on this machine; tests that run the CLI dozens of times use
-this, tests of the process itself (signals, exit codes of the console script) do not."""
+this, tests of the process itself (signals, exit codes of the console script) do not.
+:func:`run_fresh` runs several commands in one new process, for what needs a process that has
+not seen them yet (a metric file edited between two runs is imported once per process)."""
 
 from __future__ import annotations
 
