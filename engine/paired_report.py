@@ -57,14 +57,14 @@ def paired_html(rows: list[dict[str, Any]]) -> str:
     body = "".join(
         f"<tr><td>{escape(r['benchmark'])}/{escape(r['metric'])}</td><td>{escape(r['a_run'])} → {escape(r['b_run'])}</td>"
         f"<td>{_num(r.get('delta'), True)}</td><td>{'[' + _num(r['percentile'][0], True) + ', ' + _num(r['percentile'][1], True) + ']' if r.get('percentile') else '-'}</td>"
-        f"<td>{_num(r.get('p_value'))}</td><td>{_num(r.get('p_holm'))}</td><td>{_num(r.get('mde'))}</td><td>{escape(str(r.get('verdict')))}</td></tr>"
+        f"<td>{_num(r.get('p_value'))}</td><td>{_num(r.get('p_holm'))}</td><td>{_num(r.get('mde'))}</td><td>{r.get('items_needed') or '-'}</td><td>{escape(str(r.get('verdict')))}</td></tr>"
         for r in rows)
     return (f'<p class="ed-muted">Each run against the previous one on the items both scored: the paired bootstrap '
             f"interval of B − A ({first.get('n_resamples', RESAMPLES)} resamples, seed {first.get('seed', 0)}), the sign-flip "
             f"permutation p-value, {len(rows)} tests, Holm-adjusted together; mde: the smallest difference found with 80% "
-            "power (docs/uncertainty.md).</p>"
+            "power; items: how many items that power needs for this B − A (docs/uncertainty.md).</p>"
             '<table class="ed-table"><thead><tr><th>metric</th><th>A → B</th><th>B − A</th><th>interval</th><th>p</th>'
-            f"<th>p (Holm)</th><th>mde</th><th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
+            f"<th>p (Holm)</th><th>mde</th><th>items</th><th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def _asked(runs: Sequence[RunFolder]) -> tuple[int, int] | None:

@@ -293,6 +293,7 @@ def paired(a: Sample, b: Sample, n_resamples: int, seed: int, level: float = 0.9
     out = {"a": _finite(a.value()), "b": _finite(b.value()), "delta": delta, "percentile": iv["percentile"], "BCa": iv["BCa"],
            "se": iv["se"], "mde": minimum_detectable(iv["se"], level), "p_value": p, "exact": exact, "permutations": perms, "n_items": iv["n_items"],
            "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
+    out["items_needed"] = items_needed(out["mde"], delta, sum(iv["n_items"].values()))
     if dropped:
         out["unpaired_items"] = dropped
     out["verdict"] = verdict(out, level)
@@ -328,6 +329,15 @@ def paired_series(runs: Mapping[str, Sample], against: str = "previous", n_resam
             row = {"verdict": f"no test ({e})", "p_value": None}
         rows.append({"a_run": a, "b_run": labels[i], **row})
     return adjust(rows)
+
+
+def items_needed(mde: float | None, delta: float | None, n: int) -> int | None:
+    """How many items a test at the same level and power needs to find a difference of
+    ``delta``: the standard error falls as ``1/sqrt(n)``, so ``n * (mde / |delta|)**2``
+    (None without a difference or a standard error)."""
+    if mde is None or not delta or n < 1:
+        return None
+    return int(math.ceil(n * (mde / abs(delta)) ** 2))
 
 
 def verdict(row: dict[str, Any], level: float = 0.95) -> str:

@@ -35,12 +35,13 @@ def test_each_checkpoint_against_the_previous_in_the_report(tmp_path):
     html = build_report_html(_folders(tmp_path))
     sec = html[html.index('id="paired-checkpoints"'):]
     sec = sec[: sec.index("<h2", 10)] if "<h2" in sec[10:] else sec
-    rows = re.findall(r"<tr><td>TOFU/forget_Q_A_Prob</td><td>([\w-]+) → ([\w-]+)</td><td>([^<]+)</td>.*?<td>([^<]+)</td></tr>", sec)
+    rows = re.findall(r"<tr><td>TOFU/forget_Q_A_Prob</td><td>([\w-]+) → ([\w-]+)</td><td>([^<]+)</td>.*?<td>([^<]+)</td><td>([^<]+)</td></tr>", sec)
     assert [(a, b) for a, b, *_ in rows] == [("checkpoint-4", "checkpoint-8"), ("checkpoint-8", "checkpoint-12")]
     runs = {n: Sample(("items",), (tuple(str(i) for i in range(7)),), (np.array(v),), lambda x: float(np.mean(x))) for n, v in PROB.items()}
     want = paired_series(runs, "previous", 1000, 0)
     assert float(rows[0][2]) == pytest.approx(want[0]["delta"], abs=5e-5)
-    assert rows[0][3] == "B &lt; A" and rows[1][3] == "inside the noise"
+    assert rows[0][3] == str(want[0]["items_needed"])
+    assert rows[0][4] == "B &lt; A" and rows[1][4] == "inside the noise"
     assert "2 tests, Holm" in sec
 
 

@@ -73,3 +73,11 @@ def test_paired_series_against_previous_and_first_with_holm():
 def test_paired_series_rejects_an_unknown_order():
     with pytest.raises(ValueError, match="against"):
         paired_series({"a": _mean_sample(M[0]), "b": _mean_sample(M[1])}, against="last")
+
+
+def test_items_needed_for_the_observed_difference():
+    a, b = _mean_sample(M[0]), _mean_sample(M[2])
+    row = paired(a, b, 400, 3)
+    # the standard error falls as 1/sqrt(n): the items at which the minimum detectable difference reaches |B - A|
+    assert row["items_needed"] == int(np.ceil(6 * (row["mde"] / abs(row["delta"])) ** 2))
+    assert paired(a, a, 100, 0)["items_needed"] is None  # no difference: no number of items finds it
