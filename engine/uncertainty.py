@@ -214,7 +214,8 @@ def cluster_interval(samples: Sequence[Sample], n_resamples: int, seed: int, lev
 def pooled_paired(a: Sequence[Sample], b: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
     """Two methods, each a pool of runs (training seeds) on the same items: B's mean over its
     seeds minus A's, its interval with A's seeds, B's seeds and the items drawn independently
-    (items shared, so paired by item). No permutation test (the seeds are not paired); the
+    (items shared, so paired by item), and each pool's own :func:`cluster_interval`
+    (``a_interval``, ``b_interval``). No permutation test (the seeds are not paired); the
     verdict is the interval's."""
     if not a or not b:
         raise ValueError("an empty pool")
@@ -228,6 +229,8 @@ def pooled_paired(a: Sequence[Sample], b: Sequence[Sample], n_resamples: int, se
            "p_value": None, "exact": False, "permutations": 0, "interval_only": True,
            "n_items": {"seeds A": len(ra), "seeds B": len(rb), **{k: v for k, v in iv["n_items"].items() if not k.startswith("seeds")}},
            "per_seed": {"a": pa, "b": pb}, "between_seeds_sd": {"a": sa, "b": sb},
+           "a_interval": cluster_interval(ra, n_resamples, seed, level)["percentile"],
+           "b_interval": cluster_interval(rb, n_resamples, seed, level)["percentile"],
            "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
     if dropped:
         out["unpaired_items"] = dropped

@@ -81,3 +81,15 @@ def test_items_needed_for_the_observed_difference():
     # the standard error falls as 1/sqrt(n): the items at which the minimum detectable difference reaches |B - A|
     assert row["items_needed"] == int(np.ceil(6 * (row["mde"] / abs(row["delta"])) ** 2))
     assert paired(a, a, 100, 0)["items_needed"] is None  # no difference: no number of items finds it
+
+
+def test_pooled_against_a_single_run_resamples_only_the_pool_and_the_items():
+    from evaldag.engine.uncertainty import pooled_paired
+
+    out = pooled_paired([_mean_sample(M[0])], [_mean_sample(r) for r in M], 300, 4)
+    ref = stats.bootstrap((np.arange(3), np.arange(6)), lambda s, i: float(M[np.ix_(s, i)].mean() - M[0, i].mean()),
+                          vectorized=False, n_resamples=300, method="percentile", rng=np.random.default_rng(4))
+    assert out["percentile"] == pytest.approx(list(ref.confidence_interval), rel=1e-12)
+    assert out["n_items"] == {"seeds A": 1, "seeds B": 3, "items": 6} and out["between_seeds_sd"]["a"] is None
+    assert out["a_interval"] == cluster_interval([_mean_sample(M[0])], 300, 4)["percentile"]
+    assert out["b_interval"] == cluster_interval([_mean_sample(r) for r in M], 300, 4)["percentile"]
