@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 RESAMPLES = ("--bootstrap-resamples", "--bootstrap-cycles", "--bootstrap-iters")
@@ -38,6 +38,13 @@ class IntervalOptions(BaseModel):
     seed: int = 0  # the bootstrap's seed
     confidence_level: float = Field(0.95, gt=0, lt=1)
     summary_intervals: bool = False  # the intervals also in <BENCH>_SUMMARY.json, under "intervals"
+
+    @model_validator(mode="after")
+    def _intervals_to_write(self) -> "IntervalOptions":
+        if self.summary_intervals and not self.bootstrap_resamples:
+            raise ValueError("summary_intervals (--summary-intervals) wants bootstrap_resamples > 0 (--bootstrap-resamples N): "
+                             "there are no intervals to write")
+        return self
 
 
 def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) -> None:

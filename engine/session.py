@@ -174,8 +174,9 @@ def check_out(out: Path, benches: Sequence[Any], cfgs: Sequence[Any], report: bo
 def error_line(e: Exception, benches: Sequence[Any]) -> str:
     """The run's one error line, with the flag that supplies a missing resource when one does."""
     flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
-    hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
-    return f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else "")
+    line = config_error(e)  # a validation error's input (every field, 'model' among them) is no missing resource
+    hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in line]
+    return f"evaldag: error: {line}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def interrupted(cache: Cache | None, executor: Executor | None) -> str:

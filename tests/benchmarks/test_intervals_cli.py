@@ -53,3 +53,12 @@ def test_warm_rerun_with_intervals_forwards_nothing(tmp_path):
     for name, iv in summary["intervals"].items():
         assert iv == {"percentile": ivs[name]["percentile"], "BCa": ivs[name]["BCa"], "confidence_level": 0.95,
                       "n_resamples": 200, "seed": 5}, name
+
+
+def test_summary_intervals_without_resamples_is_one_line(tmp_path, capsys):
+    argv = ["run", "tofu", "--quiet", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
+            "--summary-intervals", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["evaldag: error: summary_intervals (--summary-intervals) wants bootstrap_resamples > 0 "
+                   "(--bootstrap-resamples N): there are no intervals to write"]
