@@ -13,6 +13,7 @@ seconds per pair (8 s for 31 TOFU metrics at N = 1000 on one busy core).
 
 from __future__ import annotations
 
+import json
 from html import escape
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,6 +32,21 @@ def _num(x: Any, signed: bool = False) -> str:
     return f"{x:+.4g}" if signed else f"{x:.4g}"
 
 
+def retain_logs_of(meta: Any, group: str) -> dict | None:
+    """The retain logs' EVAL file a run read (``run.json``'s ``provenance.resources.<group>_retain_logs.source``),
+    or None: forget quality and privleak need the retain model's items, which a run's own EVAL
+    file does not hold."""
+    res = ((meta.get("provenance") or {}).get("resources") or {}) if isinstance(meta, dict) else {}
+    src = (res.get(f"{group.lower()}_retain_logs") or {}).get("source") if isinstance(res, dict) else None
+    if not isinstance(src, str) or not Path(src).is_file():
+        return None
+    try:
+        data = json.loads(Path(src).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def series_rows(runs: Sequence[RunFolder], benches: Sequence[Any], against: str = "previous",
                 n_resamples: int = RESAMPLES, seed: int = 0) -> list[dict[str, Any]]:
     """One row per (metric, pair of runs), each with ``benchmark`` and ``metric``; adjusted together."""
@@ -41,21 +57,24 @@ def series_rows(runs: Sequence[RunFolder], benches: Sequence[Any], against: str 
             continue
         group = bench.group.upper()
         evals = [r.evals.get(group) or {} for r in runs]
+        retain = [retain_logs_of(r.run, group) for r in runs]
         names = list(dict.fromkeys(n for e in evals for n in e))
         for name in names:
-            samples = {lab: bench.item_sample(name, e) if isinstance(e.get(name), dict) else None for lab, e in zip(labels, evals)}
+            samples = {lab: bench.item_sample(name, e, ret) if isinstance(e.get(name), dict) else None
+                       for lab, e, ret in zip(labels, evals, retain)}
             held = {lab: s for lab, s in samples.items() if s is not None}
             if len(held) < 2:
                 continue
+            ks = {"statistic": "ks"} if next(iter(held.values())).notes.get("statistic") == "ks" else {}
             for row in paired_series(held, against, n_resamples, seed):
-                rows.append({"benchmark": group, "metric": name, **row})
+                rows.append({"benchmark": group, "metric": name, **row, **ks})
     return adjust(rows)
 
 
 def paired_html(rows: list[dict[str, Any]]) -> str:
     first = next((r for r in rows if r.get("n_resamples")), {})
     body = "".join(
-        f"<tr><td>{escape(r['benchmark'])}/{escape(r['metric'])}</td><td>{escape(r['a_run'])} → {escape(r['b_run'])}</td>"
+        f"<tr><td>{escape(r['benchmark'])}/{escape(r['metric'])}{' (KS statistic)' if r.get('statistic') == 'ks' else ''}</td><td>{escape(r['a_run'])} → {escape(r['b_run'])}</td>"
         f"<td>{_num(r.get('delta'), True)}</td><td>{'[' + _num(r['percentile'][0], True) + ', ' + _num(r['percentile'][1], True) + ']' if r.get('percentile') else '-'}</td>"
         f"<td>{_num(r.get('p_value'))}</td><td>{_num(r.get('p_holm'))}</td><td>{_num(r.get('mde'))}</td><td>{r.get('items_needed') or '-'}</td><td>{escape(str(r.get('verdict')))}</td></tr>"
         for r in rows)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export import ExportError, _read, csv_text, folder_rows, run_folders
+from ..paired_report import retain_logs_of
 from ..registry import BENCHMARKS
 from ..uncertainty import adjust, paired, pooled_paired
 
@@ -121,17 +122,9 @@ def add_paired(rows: list[dict], fa: Path | list[Path], fb: Path | list[Path], n
         return None if any(s is None for s in out) else out
 
     def retain_of(folder: Path, group: str) -> Any:
-        """The retain logs' EVAL file the run read (run.json names it), or None: forget quality
-        and privleak need the retain model's items, which a run's own EVAL file does not hold."""
         key = (str(folder), group + "/retain")
         if key not in evals:
-            meta = _read(folder / "run.json") if (folder / "run.json").is_file() else {}
-            res = ((meta.get("provenance") or {}).get("resources") or {}) if isinstance(meta, dict) else {}
-            src = (res.get(f"{group.lower()}_retain_logs") or {}).get("source") if isinstance(res, dict) else None
-            try:
-                evals[key] = _read(Path(src)) if isinstance(src, str) and Path(src).is_file() else None
-            except ExportError:
-                evals[key] = None
+            evals[key] = retain_logs_of(_read(folder / "run.json") if (folder / "run.json").is_file() else {}, group)
         return evals[key]
 
     tested = []

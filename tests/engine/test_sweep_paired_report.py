@@ -3,6 +3,7 @@ bars on the training curves where the runs wrote intervals."""
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,3 +56,23 @@ def test_interval_bars_on_the_curves(tmp_path):
     plain = build_report_html(_folders(tmp_path / "x", intervals=False))
     assert 'class="ed-bar"' not in plain and 'data-plot="curve"' in plain
     assert 'id="paired-checkpoints"' not in plain  # runs that asked for no intervals: no paired tests
+
+
+def test_forget_quality_and_privleak_with_the_retain_logs_run_json_names(tmp_path):
+    ou = Path(__file__).parents[1] / "fixtures" / "open_unlearning"
+    retain = ou / "retain_TOFU_EVAL.json"
+    folders = []
+    for name, src in (("step-1", "target"), ("step-2", "retain")):
+        d = tmp_path / name
+        d.mkdir()
+        evals = json.loads((ou / f"{src}_TOFU_EVAL.json").read_text())
+        keep = {k: evals[k] for k in ("forget_truth_ratio", "forget_quality", "mia_min_k", "privleak")}
+        (d / "TOFU_EVAL.json").write_text(json.dumps(keep))
+        (d / "TOFU_INTERVALS_EVAL.json").write_text(json.dumps({"forget_quality": {"n_resamples": 50, "seed": 2}}))
+        res = {"model": {"path": name}, "tofu_retain_logs": {"source": str(retain)}}
+        (d / "run.json").write_text(json.dumps({"benchmarks": ["tofu"], "provenance": {"resources": res}}))
+        folders.append(d)
+    html = build_report_html(folders)
+    sec = html[html.index('id="paired-checkpoints"'):]
+    assert "TOFU/forget_quality (KS statistic)</td><td>step-1 → step-2" in sec
+    assert "TOFU/privleak</td><td>step-1 → step-2" in sec and "50 resamples, seed 2" in sec
