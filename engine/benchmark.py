@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import pydantic
 
 from .declare import Node
+from .hooks import display
 from .menu import MetricMenu
 
 
@@ -75,6 +76,10 @@ class Benchmark:
     takes_model: ClassVar[bool] = False
     #: the report's trade-off figure over a training run's checkpoints, None: none
     tradeoff: ClassVar[Tradeoff | None] = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture: the plan of the default config, drawn (``notebook.py``; no data or model read)."""
+        return display("benchmark_html", self)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add this benchmark's own options (the CLI adds --out, --cache-dir, --metrics, ...)."""

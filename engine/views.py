@@ -4,9 +4,10 @@ draws.
 
 ``render/`` is a leaf: it draws a View and reads a finished run's files, and imports
 nothing of the engine. What needs the engine (a graph's vertices, a node store to say
-which nodes are cached, a result's records and loaded values) is read here, and this
-module hands ``render.as_view`` its builder, so ``render.to_mermaid(nodes)`` keeps
-drawing a Graph, a RunResult or configured metrics whenever ``evaldag.engine`` is imported.
+which nodes are cached, a result's records and loaded values) is read here. ``render.as_view``
+names :func:`view_of` by reference (``render.view.ENGINE_BUILDER``) and imports this module
+the first time it draws something that is not a View, so ``render.to_mermaid(nodes)`` draws
+a Graph, a RunResult or configured metrics without this module registering itself on import.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .cache import Cache
 from .graph import Graph
 from .outfolder import set_folder
 from .render.clusters import GENERIC_SPLITS, Split
-from .render.view import (EdgeView, NodeView, View, add_resource_nodes, add_view_builder, display_name, finish_view,
+from .render.view import (EdgeView, NodeView, View, add_resource_nodes, display_name, finish_view,
                           from_run_dir, headline)
 from .results import RunResult
 
@@ -125,7 +126,5 @@ def view_of(source: Any, *, store: Any = None, show_resources: bool = False, tit
         return from_graph(Graph(list(source)), store=store, **kw)
     return None
 
-
-add_view_builder(view_of)
 
 __all__ = ["from_graph", "from_run_result", "run_dir_view", "runs_view", "view_of"]

@@ -11,8 +11,8 @@ finished run, or a :class:`View` you built yourself::
 
 The package is a leaf: it imports nothing of the engine. It draws a :class:`View` (plain
 data) and reads a finished run's files; a Graph, a RunResult or configured metrics are
-turned into a View by ``engine/views.py``, which registers itself with :func:`as_view`
-when ``evaldag.engine`` is imported. It knows no benchmark either: the report page draws
+turned into a View by ``engine/views.py``, which :func:`as_view` names by reference and
+imports when it first needs it (``view.ENGINE_BUILDER``). It knows no benchmark either: the report page draws
 the generic parts (metrics, graph, run statistics) and the :class:`Section` objects its
 ``plugins`` hand it; ``evaldag.engine.report.write_report_html`` passes the benchmarks
 the runs ran and writes the file.

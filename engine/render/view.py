@@ -7,8 +7,11 @@ directly. They draw a :class:`View`, plain data built from either source:
   read as untrusted input by ``runjson.py``): each node's status, seconds, recompute
   reason and headline value;
 * the *plan view* of an engine ``Graph`` and the run view of a ``RunResult`` in memory,
-  built outside ``render/`` (``engine/views.py``), which hands :func:`as_view` its
-  builder (:func:`add_view_builder`), so this package imports nothing of the engine.
+  built outside ``render/`` (``engine/views.py``). :func:`as_view` names that builder by
+  reference (:data:`ENGINE_BUILDER`, ``"module:function"``, as an entry point names a
+  plugin) and imports it the first time it meets a source that is not a View, so this
+  package imports nothing of the engine and nobody registers anything on import; a
+  third party's builder is added with :func:`add_view_builder`.
 
 Keeping one model means the Mermaid, DOT, SVG and HTML outputs always agree, and the
 run report can draw runs written by another process (or another machine) from their
@@ -21,6 +24,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -334,9 +338,20 @@ def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float |
 
 
 # ---------------------------------------------------------------------- dispatch
-#: builders of a View from other objects (``engine/views.py`` adds the Graph / RunResult one);
-#: each returns None for a source it does not know
+#: the engine's builder of a View from a Graph, a RunResult, configured metrics or a run folder
+#: (read from its published set), imported the first time :func:`as_view` needs a builder
+ENGINE_BUILDER = "evaldag.engine.views:view_of"
+#: builders of a View from other objects, in order; each returns None for a source it does not know
 _BUILDERS: list[Callable[..., "View | None"]] = []
+
+
+def _builders() -> list[Callable[..., "View | None"]]:
+    module, _, name = ENGINE_BUILDER.partition(":")
+    try:
+        engine = getattr(import_module(module), name)
+    except ImportError:  # render/ on its own: it draws Views and run folders
+        return _BUILDERS
+    return [engine, *(b for b in _BUILDERS if b is not engine)]
 
 
 def add_view_builder(builder: Callable[..., "View | None"]) -> None:
@@ -356,7 +371,7 @@ def as_view(source: Any, *, store: Any = None, show_resources: bool = False, tit
     kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, View):
         return source
-    for builder in _BUILDERS:  # the engine's first: a run folder read from its published set
+    for builder in _builders():  # the engine's first: a run folder read from its published set
         view = builder(source, store=store, **kw)
         if view is not None:
             return view

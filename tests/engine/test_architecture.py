@@ -255,3 +255,53 @@ def test_only_the_parse_step_reads_a_benchmarks_config_from_a_namespace():
              and isinstance(n.func, ast.Attribute) and n.func.attr in ("config_from_args", "metrics_from_args")
              and ast.unparse(n.func.value) not in ("self", "super()")]  # a benchmark's own, inside config_from_args
     assert not calls, calls
+
+
+# -- importing the engine changes nothing -----------------------------------------------------
+def import_time_mutations(tree: "ast.Module") -> list[str]:
+    """Module-level statements that change another module's objects when this one is imported:
+    ``Imported.attr = ...`` (a method attached to a class from outside) and calls of the hooks
+    that did so (``install()``, ``add_view_builder(...)``)."""
+    imported = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    out = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            base = t
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(t, ast.Attribute) and isinstance(base, ast.Name) and base.id in imported:
+                out.append(f"line {node.lineno}: {ast.unparse(t)} = ...")
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            f = node.value.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("install", "add_view_builder"):
+                out.append(f"line {node.lineno}: {ast.unparse(node.value)}")
+    return out
+
+
+def test_importing_the_engine_attaches_nothing_to_a_class_of_another_module():
+    """The classes declare their own methods (`Graph._repr_svg_`, `RunResult.to_pandas`, ...) and reach
+    higher layers through `hooks.py`'s tables; no engine module patches another's objects on import."""
+    bad = [f"{f.relative_to(ROOT)}: {m}" for f in sorted((ROOT / "engine").rglob("*.py"))
+           for m in import_time_mutations(ast.parse(f.read_text()))]
+    assert not bad, "import-time mutations:\n" + "\n".join(bad)
+
+
+def test_the_import_time_check_can_fail():
+    src = '''
+from .graph import Graph
+from . import notebook, views
+import evaldag.engine.results as results
+Graph._repr_svg_ = lambda self: ""
+results.RunResult.to_pandas = None
+notebook.install()
+views.add_view_builder(print)
+LOCAL = {}
+LOCAL_ATTR = Graph.order
+'''
+    assert import_time_mutations(ast.parse(src)) == [
+        "line 5: Graph._repr_svg_ = ...", "line 6: results.RunResult.to_pandas = ...", "line 7: notebook.install()",
+        "line 8: views.add_view_builder(print)"]
