@@ -65,7 +65,8 @@ class Benchmark:
     description: ClassVar[str] = ""
     Config: ClassVar[type[pydantic.BaseModel]] = pydantic.BaseModel
     metadata: ClassVar[dict] = {}
-    #: data splits its names mention beyond forget / holdout / retain (bands of the graph drawing)
+    #: the data splits its metric names mention (``forget_Q_A_Prob``): the bands of a graph drawing and
+    #: the ``split`` column of ``evaldag export``; the engine knows no split word of its own
     splits: ClassVar[tuple[Any, ...]] = ()  # render.clusters.Split
     #: resource -> the flag that supplies it (the hint when a graph misses that resource)
     resource_flags: ClassVar[dict[str, str]] = {}

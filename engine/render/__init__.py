@@ -26,7 +26,7 @@ from typing import Any
 
 from .dot import dot_to_svg, to_dot
 from .html import to_html
-from .clusters import GENERIC_SPLITS, Split
+from .clusters import Split
 from .layout import count_crossings
 from .mermaid import to_mermaid
 from .report_html import ReportPlugin, RunFolder, Section, build_report_html, load_run_folder
@@ -61,7 +61,7 @@ def render(source: Any, fmt: str, **view_kw: Any) -> str:
 
 
 __all__ = [
-    "FORMATS", "GENERIC_SPLITS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
+    "FORMATS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
     "add_view_builder", "as_view", "build_report_html", "count_crossings", "dot_to_svg", "from_run_dir",
     "load_run_folder", "render", "to_dot", "to_html", "to_json", "to_mermaid", "to_svg",
 ]

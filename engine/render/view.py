@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import networkx as nx
 
-from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
+from .clusters import UNNAMED, Split, assign_clusters
 from .merge import merge_same_work
 from .runjson import STATUSES, read_run_json
 
@@ -131,7 +131,7 @@ class View:
     mode: str  # "plan" | "run"
     title: str = "evaldag graph"
     meta: dict = field(default_factory=dict)  # executor, wall_seconds, provenance (run view)
-    splits: tuple[Split, ...] = GENERIC_SPLITS  # the data-split names the bands use
+    splits: tuple[Split, ...] = ()  # the data-split names the bands use
 
     def node(self, node_id: str) -> NodeView:
         return self.index()[node_id]
@@ -214,7 +214,7 @@ def display_name(group: str | None, name: str) -> str:
 
 
 def finish_view(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
-            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+            splits: Sequence[Split] = ()) -> View:
     nodes, edges = merge_same_work(nodes, edges)
     view = View(nodes, edges, mode, title, meta, tuple(splits))
     assign_clusters(view)
@@ -269,7 +269,7 @@ def read_evals(folder: Path) -> dict[str, dict]:
 
 
 def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None,
-                 splits: Sequence[Split] = GENERIC_SPLITS, shown: str | os.PathLike | None = None) -> View:
+                 splits: Sequence[Split] = (), shown: str | os.PathLike | None = None) -> View:
     """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``).
 
     Files are read from ``folder``; the engine (``engine/views.py``) passes the folder of
@@ -362,11 +362,12 @@ def add_view_builder(builder: Callable[..., "View | None"]) -> None:
 
 
 def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
-            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """Anything drawable -> View: a View, a run folder, or what a builder knows (with
-    ``evaldag.engine`` imported: a Graph, a RunResult, configured metrics).
+            splits: Sequence[Split] | None = None) -> View:
+    """Anything drawable -> View: a View, a run folder, or what a builder knows (the engine's:
+    a Graph, a RunResult, configured metrics).
 
-    ``splits``: the data-split names the bands use (a benchmark's ``splits`` added to the generic ones).
+    ``splits``: the data-split names the bands use; None: the engine's builder takes those of
+    the benchmarks the source ran (``Benchmark.splits``), and without it there are no split bands.
     """
     kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, View):
@@ -376,5 +377,5 @@ def as_view(source: Any, *, store: Any = None, show_resources: bool = False, tit
         if view is not None:
             return view
     if isinstance(source, (str, os.PathLike)):
-        return from_run_dir(source, **kw)
+        return from_run_dir(source, **{**kw, "splits": splits or ()})
     raise TypeError(f"cannot draw {type(source).__name__}: give a Graph, a RunResult, a run folder or metrics")
