@@ -15,6 +15,14 @@ them in ``notebook.py`` (which imports the renderer). Nothing is attached to a c
 nothing is registered when ``evaldag.engine`` is imported; the drawing code is imported when
 a notebook first shows an object. This module imports nothing of evaldag, so every module may
 import it without a cycle.
+
+What is still registered when a module is imported, and why: a plugin's declarations of
+itself, in the module that defines them: ``@metric`` (``declare.py``), a request kind
+(``requests.register_kind``) and the handler a backend serves it with
+(``HFAdapter.handlers.add``). Each is part of the definition beside it, as a decorator is;
+every scorer that yields the kind imports that module, and the engine cannot name a plugin's
+module by reference (it knows plugins only through entry points). The tables refuse a
+second owner of a name, so importing twice is harmless and a clash is one line.
 """
 
 from __future__ import annotations

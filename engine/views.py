@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .cache import Cache
-from .graph import Graph
 from .export import splits_for
+from .graph import Graph
 from .outfolder import set_folder
 from .render.clusters import Split
 from .render.view import (EdgeView, NodeView, View, add_resource_nodes, display_name, finish_view,
