@@ -246,6 +246,9 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
             raise
         print(interrupted(held.get("cache"), held.get("executor")), file=sys.stderr)
         return Outcome(130, out, held.get("result"))
+    finally:  # a run from Python leaves no open database behind (the command line's process ends anyway)
+        if held.get("cache") is not None:
+            held["cache"].close()
 
 
 def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
