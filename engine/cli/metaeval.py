@@ -14,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..cache.files import atomic_write
 from ..export import ExportError
+from ..robustness_views import metaeval_page
 from ..metaeval import FILE, MIN_PER_CLASS, metaeval, read_labels, render
 from ..robustness import DEFAULT_FORMULA, FORMULAS, MIN_DELTA, FormulaError
 from ..robustness_report import write
@@ -55,6 +57,9 @@ def cmd(args: argparse.Namespace) -> int:
                         args.utility_reference, args.min_per_class, args.min_delta, args.bootstrap_resamples, args.seed)
         sys.stdout.write(render(data))
         print(f"wrote {write(Path(args.to), data)}")
+        html = Path(args.to).with_suffix(".html")
+        atomic_write(html, metaeval_page(data).encode("utf-8"))
+        print(f"wrote {html}")
     except (ExportError, FormulaError, OSError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from ..export import ExportError
+from ..outfolder import is_our_link
+from ..report import write_report_html
 from ..robustness import DEFAULT_FORMULA, FORMULAS, MIN_DELTA, FormulaError
 from ..robustness_report import FILE, attacked_folders, render, robustness, write
 
@@ -53,6 +55,10 @@ def cmd(args: argparse.Namespace) -> int:
         sys.stdout.write(render(data))
         path = write(Path(args.to) if args.to else Path(args.out) / FILE, data)
         print(f"wrote {path}")
+        page = Path(args.out) / "report.html"
+        if not args.to and is_our_link(page):  # the run's own report gets its robustness section
+            write_report_html([args.out], page)
+            print(f"wrote {page} (its robustness section)")
     except (ExportError, FormulaError, OSError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2

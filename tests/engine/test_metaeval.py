@@ -129,3 +129,10 @@ def test_bad_input(tmp_path, pool, capsys):
     assert err.startswith(f"evaldag: error: {bad}:2: expected 'knows PATH' or 'does-not-know PATH'") and len(err.splitlines()) == 1
     assert cli.main(["metaeval", "--knows", str(knows[0]), "--not-knows", str(nots[0]), "--utility-drop", "0.2"]) == 2
     assert "--utility-drop needs --utility-reference" in capsys.readouterr().err
+
+
+def test_report_table(tmp_path, pool):
+    knows, nots = pool
+    _faith(tmp_path, knows, nots)
+    html = (tmp_path / "m.html").read_text()
+    assert "faithfulness AUC" in html and "TOFU/forget_truth_ratio" in html and "declares no knowledge form" in html

@@ -93,3 +93,14 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
     assert "no attacked runs" in capsys.readouterr().err
     assert cli.main(["robustness", str(out), "--attacked", "quantize"]) == 2
     assert "expected NAME=DIR" in capsys.readouterr().err
+
+
+def test_report_section(runs):
+    from evaldag.engine.report import build_report_html
+
+    out, ret = runs
+    assert cli.main(["robustness", str(out), "--retain", str(ret), "--bootstrap-resamples", "0"]) == 0
+    html = build_report_html([out])
+    assert "Robustness under attacks on the model" in html and "quantize-nf4 (scored by Q)" in html
+    assert ">refused<" in html and "HM(R, Q)" in html
+    assert "Robustness under attacks" not in build_report_html([ret])  # no ROBUSTNESS.json: no section
