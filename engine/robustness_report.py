@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .cache.files import atomic_write
+from .outfolder import is_our_link, link_target, set_folder
 from .export import ExportError, _read, benchmarks_by_group, folder_rows, run_folders
 from .robustness import DEFAULT_FORMULA, MIN_DELTA, Formula, Score, formula, harmonic, refusal
 from .uncertainty import paired
@@ -202,6 +204,24 @@ def write(path: str | Path, data: dict[str, Any]) -> Path:
     path = Path(path)
     atomic_write(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
     return path
+
+
+def write_into_run(out: str | Path, data: dict[str, Any], name: str = FILE) -> Path:
+    """``OUT/<name>`` as part of OUT's published set (``outfolder.py``): the file in the set's
+    folder and OUT's stable name a link to it, so a later run's new set, which lacks it, shows
+    none rather than a stale one. A folder without sets gets a plain file; a name in OUT that
+    evaldag did not write is never replaced."""
+    out = Path(out)
+    folder = set_folder(out)
+    if folder == out:
+        return write(out / name, data)
+    link = out / name
+    if os.path.lexists(link) and not is_our_link(link):
+        raise ExportError(f"{link}: not a file evaldag wrote; refusing to replace it (write elsewhere with --to)")
+    write(folder / name, data)
+    if not os.path.lexists(link):
+        os.symlink(link_target(name), link)
+    return link
 
 
 def _fmt(v: Any) -> str:

@@ -82,12 +82,10 @@ class RobustnessSection:
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         out = []
-        for r in runs:
-            for folder in dict.fromkeys([Path(r.shown or r.path), Path(r.path)]):
-                data = _read(folder / ROBUSTNESS_FILE)
-                if data is not None:
-                    out.append(Section("Robustness under attacks on the model", robustness_html(data), order=60, id="robustness"))
-                    break
+        for r in runs:  # from the run's own set only: OUT's name may still point at an older set
+            data = _read(Path(r.path) / ROBUSTNESS_FILE)
+            if data is not None:
+                out.append(Section("Robustness under attacks on the model", robustness_html(data), order=60, id="robustness"))
         return out
 
 

@@ -18,7 +18,7 @@ from ..export import ExportError
 from ..outfolder import is_our_link
 from ..report import write_report_html
 from ..robustness import DEFAULT_FORMULA, FORMULAS, MIN_DELTA, FormulaError
-from ..robustness_report import FILE, attacked_folders, render, robustness, write
+from ..robustness_report import FILE, attacked_folders, render, robustness, write, write_into_run
 
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -53,7 +53,7 @@ def cmd(args: argparse.Namespace) -> int:
         retain = {**(attacked_folders(args.retain) if args.retain else {}), **_pairs(args.retain_attacked, "--retain-attacked")}
         data = robustness(args.out, attacks, args.retain, retain, args.formula, args.min_delta, args.bootstrap_resamples, args.seed)
         sys.stdout.write(render(data))
-        path = write(Path(args.to) if args.to else Path(args.out) / FILE, data)
+        path = write(Path(args.to), data) if args.to else write_into_run(args.out, data)
         print(f"wrote {path}")
         page = Path(args.out) / "report.html"
         if not args.to and is_our_link(page):  # the run's own report gets its robustness section
