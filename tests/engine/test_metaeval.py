@@ -136,3 +136,30 @@ def test_report_table(tmp_path, pool):
     _faith(tmp_path, knows, nots)
     html = (tmp_path / "m.html").read_text()
     assert "faithfulness AUC" in html and "TOFU/forget_truth_ratio" in html and "declares no knowledge form" in html
+
+
+def test_adding_a_metric_to_a_warm_pool_forwards_only_its_requests(tmp_path):
+    """The pool is a sweep (every intermediate cached): one more metric asks the models only for
+    what it needs itself (here ROUGE's generations), and the meta-evaluation then has it."""
+    from ..inprocess import run_cli
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures"
+    models = [str(fix / "tiny-llama" / m) for m in ("target", "retain")]
+
+    def sweep(metrics):
+        proc = run_cli(["run", "tofu", *[a for m in models for a in ("--model", m)], "--data", fix / "tofu_tiny",
+                        "--limit", "4", "--metrics", metrics, "--quiet", "--out", tmp_path / "pool", "--cache-dir", tmp_path / "cache"])
+        assert proc.returncode == 0, proc.stderr
+        return {m: json.loads((tmp_path / "pool" / Path(m).name / "run.json").read_text())["executor"] for m in models}
+
+    cold = sweep("forget_Q_A_Prob,forget_truth_ratio")
+    assert all(e["sequences_forwarded"] > 0 and "generate" not in e["by_kind"] for e in cold.values())
+    warm = sweep("forget_Q_A_Prob,forget_truth_ratio,forget_Q_A_ROUGE")
+    for e in warm.values():
+        assert e["by_kind"]["generate"]["sequences_forwarded"] == 4  # the new metric's 4 generations
+        assert set(e["by_kind"]) == {"generate"}  # the other metrics' nodes are stored: not one token_stats request
+        assert e["sequences_forwarded"] == 4
+    pool = tmp_path / "pool"
+    d = _faith(tmp_path, [pool / "target"], [pool / "retain"], "--min-per-class", "1")
+    f = d["faithfulness"]["TOFU/forget_Q_A_ROUGE"]
+    assert f["auc"] in (0.0, 0.5, 1.0) and f["interval"] is None and "fewer than 2" in f["reason"]
