@@ -133,6 +133,28 @@ def _kept(unlearned: list[RunValues], key: tuple[str, str], threshold: float | N
     return keep, dropped
 
 
+def _hm_interval(attacks: list[dict[str, dict]], keep: list[int], name: str, ra: str, qa: str,
+                 n_resamples: int, seed: int, level: float) -> list[float] | None:
+    """The bootstrap interval of HM(mean R, mean Q) over the kept models: each resample draws
+    models, and R and Q are averaged over the drawn models that have them."""
+    def value(i: int, a: str, score: str) -> float:
+        cell = (attacks[i].get(a) or {}).get("metrics", {}).get(name) or {}
+        v = (cell.get(score) or {}).get("value")
+        return math.nan if v is None else float(v)
+
+    rq = np.array([[value(i, ra, "R"), value(i, qa, "Q")] for i in keep], dtype=np.float64)
+
+    def stat(x: np.ndarray) -> float:
+        r, q = x[:, 0][~np.isnan(x[:, 0])], x[:, 1][~np.isnan(x[:, 1])]
+        if not r.size or not q.size:
+            return math.nan
+        v = harmonic(float(r.mean()), float(q.mean())).value
+        return math.nan if v is None else v
+
+    s = Sample(("models",), (tuple(map(str, range(len(rq)))),), (rq,), stat)
+    return interval(s, n_resamples, seed, level)["percentile"]
+
+
 def pool_robustness(unlearned: list[RunValues], attacks: list[dict[str, dict]], faith: dict[str, dict],
                     threshold_filter: bool = True, utility_drop: float | None = None, utility_reference: RunValues | None = None,
                     n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
@@ -167,7 +189,10 @@ def pool_robustness(unlearned: list[RunValues], attacks: list[dict[str, dict]], 
         for ra, r in row["attacks"].items():
             for qa, q in row["attacks"].items():
                 if r.get("score") == "R" and q.get("score") == "Q":
-                    hm.append({"relearn": ra, "quantize": qa, **harmonic(r.get("value"), q.get("value")).as_dict()})
+                    pair = {"relearn": ra, "quantize": qa, **harmonic(r.get("value"), q.get("value")).as_dict()}
+                    if pair["value"] is not None:
+                        pair["interval"] = _hm_interval(attacks, keep, name, ra, qa, n_resamples, seed, level)
+                    hm.append(pair)
         row["hm"] = hm
         out[name] = row
     return out

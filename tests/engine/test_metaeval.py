@@ -163,3 +163,26 @@ def test_adding_a_metric_to_a_warm_pool_forwards_only_its_requests(tmp_path):
     d = _faith(tmp_path, [pool / "target"], [pool / "retain"], "--min-per-class", "1")
     f = d["faithfulness"]["TOFU/forget_Q_A_ROUGE"]
     assert f["auc"] in (0.0, 0.5, 1.0) and f["interval"] is None and "fewer than 2" in f["reason"]
+
+
+def test_pool_hm_of_mean_R_and_mean_Q_with_its_interval(tmp_path, pool):
+    knows, nots = pool
+    ret = _folder(tmp_path / "ret", {"forget_Q_A_Prob": 0.2})
+    _folder(ret / "attacks" / "relearn-forget", {"forget_Q_A_Prob": 0.3})  # D_ret = 0.1
+    unl, R, Q = [], [], []
+    for i, (b, q_after, r_after) in enumerate([(0.2, 0.4, 0.6), (0.3, 0.3, 0.5), (0.1, 0.5, 0.2), (0.25, 0.5, 0.75)]):
+        u = _folder(tmp_path / f"u{i}", {"forget_Q_A_Prob": b})
+        _folder(u / "attacks" / "quantize-nf4", {"forget_Q_A_Prob": q_after})
+        _folder(u / "attacks" / "relearn-forget", {"forget_Q_A_Prob": r_after})
+        unl.append(u)
+        Q.append(min(1.0, b / q_after))
+        R.append(min(1.0, max(0.0, 0.1 / (r_after - b))))
+    d = _faith(tmp_path, knows, nots, "--unlearned", *map(str, unl), "--retain", str(ret), "--no-threshold-filter")
+    r = d["robustness"]["TOFU/forget_Q_A_Prob"]
+    assert r["kept"] == 4 and r["threshold"] is None
+    assert r["attacks"]["relearn-forget"]["value"] == pytest.approx(np.mean(R), abs=1e-15)
+    assert r["attacks"]["quantize-nf4"]["value"] == pytest.approx(np.mean(Q), abs=1e-15)
+    (hm,) = r["hm"]
+    mr, mq = np.mean(R), np.mean(Q)
+    assert hm["value"] == pytest.approx(2 * mr * mq / (mr + mq), abs=1e-15)
+    assert hm["interval"][0] <= hm["value"] <= hm["interval"][1]
