@@ -98,7 +98,7 @@ def faithfulness(knows: list[RunValues], not_knows: list[RunValues], n_resamples
         neg = [v for v in (form(r.values.get(key)) for r in not_knows) if v is not None]
         row: dict[str, Any] = {"knowledge": form.as_dict(), "n": {KNOWS: len(pos), NOT: len(neg)},
                                "missing": {KNOWS: len(knows) - len(pos), NOT: len(not_knows) - len(neg)}}
-        if min(len(pos), len(neg)) < min_per_class:
+        if min(len(pos), len(neg)) < max(1, min_per_class):  # an AUC needs one model of each class at least
             out[name] = {**row, "auc": None,
                          "refused": f"{key[1]}: {len(pos)} knows and {len(neg)} does-not-know models with a value; "
                                     f"faithfulness needs {min_per_class} or more per class"}
