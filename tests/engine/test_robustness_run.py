@@ -65,3 +65,17 @@ def test_an_attacked_run_writes_robustness_and_its_report_section(tmp_path):
     # a later plain run into the same OUT shows no stale robustness
     assert _tofu(tmp_path, "out").returncode == 0
     assert not link.exists() and "Robustness under attacks" not in (out / "report.html").read_text()
+
+
+def test_the_nf4_round_trip_scored_by_Q(tmp_path):
+    pytest.importorskip("bitsandbytes")
+    proc = _tofu(tmp_path, "out", "--attack", "quantize:nf4")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    d = json.loads((out / "ROBUSTNESS.json").read_text())
+    plain = json.loads((out / "TOFU_SUMMARY.json").read_text())
+    after = json.loads((out / "attacks" / "quantize_nf4" / "TOFU_SUMMARY.json").read_text())
+    row = d["attacks"]["quantize_nf4"]["metrics"]["TOFU/forget_truth_ratio"]
+    assert d["attacks"]["quantize_nf4"]["kind"] == "quantize"
+    m_b, m_a = 1 - plain["forget_truth_ratio"], 1 - after["forget_truth_ratio"]
+    assert row["Q"]["value"] == pytest.approx(min(1.0, m_b / m_a), abs=1e-15) and after != plain
