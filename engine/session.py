@@ -91,6 +91,7 @@ class RunOptions:
     n_jobs: int = 1
     batch_tokens: int | None = None
     deterministic: bool = False
+    prefix_sharing: bool = True  # a context shared by several requests computed once (off under deterministic)
     progress: bool | None = None
     quiet: bool = False
     add_metrics: tuple[str, ...] = ()
@@ -245,6 +246,9 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
             raise
         print(interrupted(held.get("cache"), held.get("executor")), file=sys.stderr)
         return Outcome(130, out, held.get("result"))
+    finally:  # a run from Python leaves no open database behind (the command line's process ends anyway)
+        if held.get("cache") is not None:
+            held["cache"].close()
 
 
 def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
@@ -254,8 +258,9 @@ def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
 
 
 def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
-    """Every model attack usable before any work: its own checks (a package, a data split), and a
-    model it can derive from (a backend that cannot hand over weights is named); TransformError."""
+    """Every model attack usable before any work: its own checks (a package, a data split), a
+    model it can derive from (a backend that cannot hand over weights is named), and a derived
+    model that serves every metric of the run (the planner's line)."""
     folders: dict[str, str] = {}
     for t in options.attacks:
         if t.folder() in folders:
@@ -263,7 +268,7 @@ def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
                                  f"(attacks/{t.folder()}); give each model attack once")
         folders[t.folder()] = t.text
         t.check()
-        build(benches, cfgs, attack_options(options, t))
+        check_serves(benches, cfgs, attack_options(options, t))  # built and planned: nothing loaded
 
 
 def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group | None, shared_only: bool) -> Outcome:
@@ -307,7 +312,8 @@ def _robustness(benches: list, options: RunOptions) -> None:
 
 def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_only: bool, held: dict) -> int:
     out = o.out_dir
-    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic}
+    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic,
+                "prefix_sharing": o.prefix_sharing}
     try:
         failed: Exception | None = None
         try:

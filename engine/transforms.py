@@ -108,6 +108,10 @@ class Transform:
         a transform that trains takes its data from there. Default: itself."""
         return self
 
+    def capabilities(self, caps: Any) -> Any:
+        """What the derived model serves, from its parent's ``Capabilities`` (default: the same)."""
+        return caps
+
     def apply(self, model: Any, tokenizer: Any) -> Any:
         """The derived model from ``model`` (a freshly loaded torch model of the parent, this
         transform's own: change it in place and return it, or return another)."""

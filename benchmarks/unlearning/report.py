@@ -14,11 +14,15 @@ import re
 from html import escape
 from typing import Any
 
-from ...engine.render.clusters import guess_split
+from ...engine.render.clusters import Split, guess_split
 from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
 from ...engine.render.report_html import RunFolder, Section
 
 _PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
+#: the unlearning splits every metric name points at (``forget_Q_A_Prob``, the MIAs' ``holdout`` rows,
+#: ``retain_Truth_Ratio``), top to bottom: TOFU's and MUSE's ``Benchmark.splits``, the bands of their
+#: graph drawings and export's ``split`` column, and how this page tells forget plots from retain ones
+SPLITS = (Split("forget", rank=0), Split("holdout", rank=10), Split("retain", rank=30))
 
 PLOT_TITLES = {
     "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget. "
@@ -62,8 +66,8 @@ TR_AGGREGATION = {"forget": "mean of min(tr, 1/tr) (closer_to_1_better)", "retai
 
 def _table_values(evals: dict, names: list[str]) -> str:
     """Beside the histogram: each series' table value and the aggregation that made it."""
-    parts = [f"{n} = {evals[n]['agg_value']:.4g}: {TR_AGGREGATION[guess_split(n)]}" for n in names
-             if isinstance(evals[n].get("agg_value"), (int, float)) and guess_split(n) in TR_AGGREGATION]
+    parts = [f"{n} = {evals[n]['agg_value']:.4g}: {TR_AGGREGATION[guess_split(n, SPLITS)]}" for n in names
+             if isinstance(evals[n].get("agg_value"), (int, float)) and guess_split(n, SPLITS) in TR_AGGREGATION]
     return f'<p class="ed-muted">table: {escape("; ".join(parts))}</p>' if parts else ""
 
 
@@ -73,7 +77,7 @@ def plot_cards(run: RunFolder) -> dict[str, list[str]]:
     for bench, evals in sorted(run.evals.items()):
         prefix = f"{run.title} · {bench}"
         tr = [(n, per_item(e, "score")) for n, e in sorted(evals.items())
-              if "truth_ratio" in n.lower() and guess_split(n) in ("forget", "retain")]
+              if "truth_ratio" in n.lower() and guess_split(n, SPLITS) in ("forget", "retain")]
         svg = histogram_svg(tr, title=f"{prefix}: truth ratio, forget vs retain", xlabel="truth ratio (per item)",
                             kind="truth-ratio")
         if svg:
@@ -200,8 +204,34 @@ def intervals_html(runs: list[RunFolder]) -> tuple[str, dict]:
     return "".join(out), covers
 
 
+def blind_baseline_html(runs: list[RunFolder]) -> str:
+    """Each MIA's AUC beside its blind baseline's (``mia_blind_baseline``), and whether it beats it."""
+    out = []
+    for r in runs:
+        for group, evals in sorted(r.evals.items()):
+            b = evals.get("mia_blind_baseline")
+            if not isinstance(b, dict):
+                continue
+            blind, aucs = b.get("agg_value"), b.get("mia_auc") or {}
+            beaten = set(b.get("beaten_by") or ())
+            rows = "".join(f"<tr><td>{escape(n)}</td><td>{_num(a)}</td><td>{_num(blind)}</td>"
+                           f"<td class=\"{'' if n in beaten else 'ed-warn'}\">{'beats it' if n in beaten else 'does not beat it'}</td></tr>"
+                           for n, a in sorted(aucs.items()))
+            out.append(f"<h3>{escape(r.title)} · {escape(group)}</h3>"
+                       f'<p class="ed-muted">A model-free classifier ({escape(str(b.get("features")))}, {escape(str(b.get("folds")))}-fold '
+                       f"cross-validated, seed {escape(str(b.get('seed')))}) separates the same {escape(str(b.get('members')))} members "
+                       f"and {escape(str(b.get('nonmembers')))} non-members with AUC {_num(blind)}. An MIA that does not beat it "
+                       "measures the split's distribution shift, not the model's memory.</p>"
+                       + ('<table class="ed-table"><thead><tr><th>attack</th><th>AUC</th><th>blind AUC</th><th></th></tr></thead>'
+                          f"<tbody>{rows}</tbody></table>" if rows else ""))
+    return "".join(out)
+
+
 def report_sections(runs: list[RunFolder]) -> list[Section]:
     sections = [Section("Plots", plots_html(runs), order=30, id="plots")]
+    blind = blind_baseline_html(runs)
+    if blind:
+        sections.append(Section("Blind MIA baseline", blind, order=31, id="blind-mia"))
     ivs, covers = intervals_html(runs)
     if ivs:
         sections.append(Section("Intervals", ivs, order=20, id="intervals", covers=covers,
