@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ...engine.argtypes import positive_int
+from ...engine.option_owners import add_shared
 from .. import common
 
 #: the metrics that read ``classifier_model``, in every unlearning benchmark
@@ -34,12 +35,13 @@ def _class_id(text: str) -> int:
 
 
 def add_classifier_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--classifier-model", default=None,
-                   help="forget_Q_A_gibberish / forget_gibberish: a sequence classifier (DIR or hub id), "
-                        "open-unlearning's classifier_model_args")
-    p.add_argument("--classifier-max-length", type=positive_int, default=None,
-                   help="tokens of each generation the classifier reads (default: TOFU 32, MUSE 512)")
-    p.add_argument("--classifier-class-id", type=_class_id, default=0, help="the class whose probability is reported (default 0)")
+    """TOFU's and MUSE's shared declarations (``engine/option_owners.py``)."""
+    add_shared(p, "--classifier-model", default=None,
+               help="forget_Q_A_gibberish / forget_gibberish: a sequence classifier (DIR or hub id), "
+                    "open-unlearning's classifier_model_args")
+    add_shared(p, "--classifier-max-length", type=positive_int, default=None,
+               help="tokens of each generation the classifier reads (default: TOFU 32, MUSE 512)")
+    add_shared(p, "--classifier-class-id", type=_class_id, default=0, help="the class whose probability is reported (default 0)")
 
 
 def classifier_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -192,10 +192,14 @@ def _namespace_functions(trees: dict[str, "ast.Module"]) -> set[str]:
 def namespace_writes(tree: "ast.Module", returning: set[str]) -> list[str]:
     """``X.attr = ...`` / ``X.attr += ...`` / ``setattr(X, ...)`` where X is a Namespace inside a
     function: a parameter annotated so, or a name bound to ``parse_args(...)``,
-    ``argparse.Namespace(...)`` or a call of a function in ``returning``."""
+    ``argparse.Namespace(...)`` or a call of a function in ``returning``. An ``argparse.Action``'s
+    ``__call__`` is the parse itself (argparse hands it the Namespace it fills), not a write after it."""
     out = []
+    parsing = {id(fn) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+               and any(ast.unparse(b).endswith("Action") for b in cls.bases)
+               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"}
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(fn) in parsing:
             continue
         params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         names = {a.arg for a in params if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
