@@ -146,17 +146,6 @@ def route(factory: Any, given: dict[str, Any], scheme: str, role: str = "model")
     return kwargs
 
 
-def settings_of(scheme: str) -> list[str]:
-    """The keys ``--model-arg`` takes for ``scheme``'s models: its factory's parameters and the
-    fields of the settings class it declares (``factory.settings``)."""
-    factory = scheme_factory(scheme)
-    if factory is None:
-        return []
-    params, _ = _parameters(factory)
-    fields = getattr(getattr(factory, "settings", None), "model_fields", {})
-    return sorted((params - {"flag"}) | set(fields))
-
-
 def _parameters(factory: Any) -> tuple[set[str], bool]:
     """A factory's keyword parameters (the spec's target, the first, left out) and whether it takes ``model_args``."""
     try:
@@ -172,12 +161,6 @@ def role_of(flag: str) -> str:
     """The ``ROLE:`` of ``--model-arg`` for a model flag: ``--retain-model`` -> ``retain``, ``--model`` -> ``model``."""
     word = flag.removeprefix("--")
     return word.removesuffix("-model") if word.endswith("-model") else word
-
-
-def flag_word(qualifier: str) -> str:
-    """The command-line word of a factory keyword: ``served_model`` -> ``served-model``,
-    ``model_args`` -> ``model-arg`` (one pair per flag)."""
-    return "model-arg" if qualifier == "model_args" else qualifier.replace("_", "-")
 
 
 def scheme_factory(scheme: str) -> Any:

@@ -34,7 +34,7 @@ from .model_args import settings
 from .hf import is_adapter_dir
 from .hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
-from .vllm_model import VLLMModel, VLLMSpecError, _int, eos_ids
+from .vllm_model import VLLMModel, VLLMSpecError, eos_ids
 
 #: vLLM's accepted ``max_lora_rank`` values (``vllm.config.lora.MaxLoRARanks``, 0.32.0)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

@@ -259,3 +259,17 @@ def test_only_the_parse_step_reads_a_benchmarks_config_from_a_namespace():
              and isinstance(n.func, ast.Attribute) and n.func.attr in ("config_from_args", "metrics_from_args")
              and ast.unparse(n.func.value) not in ("self", "super()")]  # a benchmark's own, inside config_from_args
     assert not calls, calls
+
+
+def test_the_distributed_executor_calls_only_the_declared_adapter_members():
+    """``distributed/`` serves any backend: what it asks of a loaded adapter is declared on
+    ``backend.ModelAdapter`` (``lockstep()`` for weights split over the ranks), never an HF
+    adapter's own attributes (its ``model``, its ``pad_id``)."""
+    from evaldag.engine.backend import ModelAdapter
+
+    used = set()
+    for f in sorted((ROOT / "engine" / "distributed").glob("*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "adapter":
+                used.add(n.attr)
+    assert used and not used - set(dir(ModelAdapter)), sorted(used - set(dir(ModelAdapter)))
