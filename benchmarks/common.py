@@ -29,7 +29,7 @@ from ..engine.adapters.hf_gguf import check_gguf, is_gguf
 from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
                                       masking_quirk, template_pad_files)
 from ..engine.adapters.hf_peft import check_adapter
-from ..engine.adapters.model_args import DEVICE_FLAG, DTYPE_FLAG, flags as model_arg_flags, parse_roles
+from ..engine.adapters.model_args import DEVICE_FLAG, DTYPE_FLAG, DeprecatedFlag, flags as model_arg_flags, parse_roles
 from ..engine.argtypes import limit as limit_type, positive_int
 from ..engine.option_owners import add_shared
 from ..engine.registry import BENCHMARKS
@@ -78,6 +78,8 @@ class RetainOptions(ModelOptions):
 
     retain_logs: str | None = None
     retain: Literal["none", "logs", "model"] = "none"
+    base_model: str | None = None  # the checkpoint --model was unlearned from (nf4_changed_fraction)
+    mia_blind_baseline: bool = False  # a model-free classifier's AUC beside the MIAs' (metrics/unlearning/blind_mia.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -105,15 +107,16 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 #: ``--model-arg ROLE:KEY=VALUE``'s roles: the word before ``:`` -> the model resource it qualifies
-MODEL_ROLES = {"model": "model", "retain": "retain_model", "reference": "reference_model"}
+MODEL_ROLES = {"model": "model", "retain": "retain_model", "reference": "reference_model", "base": "base_model"}
 MODEL_FLAGS = (
     *model_arg_flags(),
     DTYPE_FLAG,
     DEVICE_FLAG,
-    _flag("--device-map", default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
-          help="split a model larger than one device over the GPUs, CPU memory and disk (accelerate: "
-               "pip install 'evaldag[big]'); the numbers and the fingerprint do not change"),
-    _flag("--max-memory", default=None, help="with --device-map: per-device caps, e.g. 0=20GiB,1=20GiB,cpu=64GiB"),
+    # accelerate's placement (pip install 'evaldag[big]'), the hf backend's per model: --model-arg device_map=auto
+    _flag("--device-map", action=DeprecatedFlag, default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
+          instead="--model-arg device_map=VALUE (and retain:device_map=VALUE ... for the other models)"),
+    _flag("--max-memory", action=DeprecatedFlag, default=None,
+          instead="--model-arg max_memory=VALUE (and retain:max_memory=VALUE ... for the other models)"),
     _flag("--attention-mask", default="reference", choices=["reference", "padding"],
           help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
                "when pad == eos (the default); padding: mask only padding"),
@@ -125,8 +128,11 @@ RETAIN_FLAGS = (
     _flag("--retain-logs", default=None, help="the retain model's <BENCH>_EVAL.json, or a folder holding one per benchmark"),
 )
 PROMPT_FLAGS = (
-    _flag("--template", choices=["plain", "chat"], default=None, help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template"),
-    _flag("--template-args", default=None, help="open-unlearning template_args (a model config YAML/JSON or the bare mapping)"),
+    _flag("--template", default=None, metavar="plain|chat|FILE",
+          help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template; FILE: open-unlearning "
+               "template_args (a model config YAML/JSON or the bare mapping; --template-args FILE, deprecated, "
+               "says the same)"),
+    _flag("--template-args", action=DeprecatedFlag, default=None, instead="--template FILE"),
     _flag("--system-prompt", default=None, help="with --template chat: the system prompt"),
     _flag("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)"),
     _flag("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several"),
@@ -168,6 +174,11 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     template_args, template = getattr(args, "template_args", None), getattr(args, "template", None)
     if template_args and template:
         raise ValueError("give --template or --template-args, not both")
+    if template not in (None, "plain", "chat"):  # --template FILE: open-unlearning's template_args
+        template_args, template = template, None
+        if not Path(template_args).expanduser().is_file():
+            raise ValueError(f"--template {template_args}: give plain, chat or an open-unlearning template_args file "
+                             "(no such file)")
     if template_args:
         prompt = load_template_args(template_args)
     elif template == "chat":
@@ -215,7 +226,7 @@ def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any
     placement; an ``hf:`` checkpoint is checked first (:func:`check_model`). No weights load here."""
     if path is None:
         return None
-    role = next((r for r, f in ROLES.items() if f == flag), flag.removeprefix("--").replace("-", "_"))
+    role = next((r for r, f in ROLES.items() if f == flag), "model")  # another flag (--base-model): its opts' "model"
     given = dict(opts.backend_options.get(role, {}))
     given.update(given.pop("model_args", None) or {})  # the nested form of an older Python caller
     parsed = spec.parse(path, flag)

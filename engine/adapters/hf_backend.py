@@ -34,3 +34,7 @@ def from_spec(target: str, tokenizer: str | None = None, adapter_base: str | Non
     if tokenizer:  # open-unlearning's tokenizer_args: part of the fingerprint
         return HFModelTokenizer(target, tokenizer, **common)
     return HFModel(target, **common)
+
+
+#: a model transform (``--attack``) may derive a model from this backend's: it hands over its weights
+from_spec.derive = HFModel.derive  # type: ignore[attr-defined]

@@ -108,6 +108,22 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, NOTES, notes + [note] if note not in notes else notes)
 
 
+class DeprecatedFlag(argparse._StoreAction):
+    """A flag kept for one release under its own meaning, hidden from ``--help``: it stores its
+    value as before and leaves a warning naming ``instead`` in ``NOTES``."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, instead: str = "", **kw: Any) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, **{**kw, "help": argparse.SUPPRESS})
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        note = f"evaldag: warning: {option_string} is deprecated and goes in the next release; write {self.instead}"
+        notes = list(getattr(namespace, NOTES, None) or [])
+        setattr(namespace, NOTES, notes + [note] if note not in notes else notes)
+
+
 def say_deprecated(args: argparse.Namespace) -> None:
     """The deprecation warnings of the old spellings ``args`` was parsed from, each once."""
     for note in getattr(args, NOTES, None) or ():
@@ -118,13 +134,14 @@ def say_deprecated(args: argparse.Namespace) -> None:
 QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback", "adapter-base")
 VLLM_OPTIONS = ("max-model-len", "gpu-memory-utilization", "tensor-parallel-size", "enforce-eager")
 HELP = (
-    "a setting of a model's backend, repeatable; ROLE: retain or reference for that model, none for --model. The "
+    "a setting of a model's backend, repeatable; ROLE: retain, reference or base for that model, none for --model. The "
     "scheme's backend names its keys: hf: tokenizer (for a folder without one), adapter_base, device_map, max_memory; "
     "openai:URL: tokenizer, served_model, api_key_env, deadline, max_body_mb, timeout ...; vllm:DIR: tokenizer, "
     "max_model_len, gpu_memory_utilization, tensor_parallel_size, enforce_eager; any: fallback=hf:DIR "
     "(docs/servers.md). Deprecated, for this release only: --tokenizer, --adapter-base, --served-model, "
     "--api-key-env, --fallback, their --retain-/--reference- twins, --max-model-len, --gpu-memory-utilization, "
-    "--tensor-parallel-size, --enforce-eager")
+    "--tensor-parallel-size, --enforce-eager; --device-map, --max-memory (every model's: device_map=, max_memory= "
+    "for each role)")
 
 
 #: the run-wide weight flags a backend takes when it names them (``spec.resolve``'s defaults)

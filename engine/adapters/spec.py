@@ -146,6 +146,15 @@ def route(factory: Any, given: dict[str, Any], scheme: str, role: str = "model")
     return kwargs
 
 
+def hands_over_weights(text: str) -> bool:
+    """Whether the backend ``text`` names can give a model transform its weights (its factory
+    has ``derive``: ``hf``), known from the spec alone; an unknown scheme counts as yes (its
+    own line comes when it is resolved)."""
+    parsed = parse(text)
+    factory = scheme_factory(parsed.scheme)
+    return factory is None or hasattr(factory, "derive")
+
+
 def _parameters(factory: Any) -> tuple[set[str], bool]:
     """A factory's keyword parameters (the spec's target, the first, left out) and whether it takes ``model_args``."""
     try:

@@ -79,7 +79,7 @@ def test_help_hides_the_old_spellings_and_names_them_deprecated():
 
 @pytest.mark.parametrize("argv,says", [
     (["--model-arg", "retian:tokenizer=x"], "--model-arg retian:tokenizer=x: no model 'retian' in this run; did you "
-                                            "mean retain? (ROLE: is one of model, classifier, reference, retain; none means model)"),
+                                            "mean retain? (ROLE: is one of model, base, classifier, reference, retain; none means model)"),
     (["--model-arg", "deadline=3"], "--model-arg deadline=3: hf: models take no setting 'deadline' (they take: "
                                     "adapter_base, attention_mask, device, device_map, dtype, max_memory, tokenizer)"),
     (["--model-arg", "retain:tokenizr=x"], "--model-arg retain:tokenizr=x: hf: models take no setting 'tokenizr'; did "
@@ -226,3 +226,22 @@ def test_run_tofu_help_lists_at_most_50_options():
         parse("--help")
     options = [line for line in out.getvalue().splitlines() if line.startswith("  -")]
     assert len(options) <= 50, len(options)
+
+
+def test_template_takes_a_file_and_the_run_wide_placement_flags_are_deprecated(tmp_path):
+    f = tmp_path / "phi.yaml"
+    f.write_text('template_args:\n  apply_chat_template: False\n  user_start_tag: "Q: "\n  user_end_tag: "\\n"\n'
+                 '  asst_start_tag: "A: "\n  asst_end_tag: "\\n\\n"\n')
+    _, new = config("--template", str(f))
+    old_args, old = config("--template-args", str(f), "--device-map", "auto")
+    assert new.template == old.template and new.template.user_start_tag == "Q: "
+    assert old.device_map == "auto" and new.device_map is None
+    assert getattr(old_args, NOTES) == [
+        "evaldag: warning: --template-args is deprecated and goes in the next release; write --template FILE",
+        "evaldag: warning: --device-map is deprecated and goes in the next release; write --model-arg "
+        "device_map=VALUE (and retain:device_map=VALUE ... for the other models)"]
+    with pytest.raises(ValueError, match=r"^--template nowhere\.yaml: give plain, chat or an open-unlearning "):
+        config("--template", "nowhere.yaml")
+    _, cfg = config("--model-arg", "device_map=auto")
+    assert cfg.backend_options == {"model": {"device_map": "auto"}}
+    assert common.model_resources(cfg)["model"].device_map == "auto"
