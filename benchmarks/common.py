@@ -107,7 +107,8 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
 #: ``--model-arg ROLE:KEY=VALUE``'s roles: the word before ``:`` -> the model resource it qualifies
-MODEL_ROLES = {"model": "model", "retain": "retain_model", "reference": "reference_model", "base": "base_model"}
+MODEL_ROLES = {"model": "model", "retain": "retain_model", "reference": "reference_model", "base": "base_model",
+               "classifier": "classifier_model"}  # the classifier's settings: unlearning/classifier.py
 MODEL_FLAGS = (
     *model_arg_flags(),
     DTYPE_FLAG,

@@ -134,14 +134,15 @@ def say_deprecated(args: argparse.Namespace) -> None:
 QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback", "adapter-base")
 VLLM_OPTIONS = ("max-model-len", "gpu-memory-utilization", "tensor-parallel-size", "enforce-eager")
 HELP = (
-    "a setting of a model's backend, repeatable; ROLE: retain, reference or base for that model, none for --model. The "
+    "a setting of a model's backend, repeatable; ROLE: retain, reference, base or classifier (max_length, class_id) for "
+    "that model, none for --model. The "
     "scheme's backend names its keys: hf: tokenizer (for a folder without one), adapter_base, device_map, max_memory; "
     "openai:URL: tokenizer, served_model, api_key_env, deadline, max_body_mb, timeout ...; vllm:DIR: tokenizer, "
     "max_model_len, gpu_memory_utilization, tensor_parallel_size, enforce_eager; any: fallback=hf:DIR "
     "(docs/servers.md). Deprecated, for this release only: --tokenizer, --adapter-base, --served-model, "
     "--api-key-env, --fallback, their --retain-/--reference- twins, --max-model-len, --gpu-memory-utilization, "
     "--tensor-parallel-size, --enforce-eager; --device-map, --max-memory (every model's: device_map=, max_memory= "
-    "for each role)")
+    "for each role); --classifier-max-length, --classifier-class-id")
 
 
 #: the run-wide weight flags a backend takes when it names them (``spec.resolve``'s defaults)

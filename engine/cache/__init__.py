@@ -156,6 +156,12 @@ class Cache:
         n += self.requests.prune(cutoff)
         return n
 
+    def close(self) -> None:
+        """Let go of the request index's database (its write-ahead log is checkpointed and removed):
+        a run started from Python leaves the folder as a finished command-line run does. Reopened
+        on the next use."""
+        self.requests.close()
+
     def clear(self) -> tuple[int, list[Path]]:
         """Remove every entry the cache wrote; a root without the marker raises :class:`NotACache`.
 

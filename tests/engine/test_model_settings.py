@@ -245,3 +245,15 @@ def test_template_takes_a_file_and_the_run_wide_placement_flags_are_deprecated(t
     _, cfg = config("--model-arg", "device_map=auto")
     assert cfg.backend_options == {"model": {"device_map": "auto"}}
     assert common.model_resources(cfg)["model"].device_map == "auto"
+
+
+def test_the_classifier_settings_are_model_args_of_its_role():
+    _, new = config("--model-arg", "classifier:max_length=8", "--model-arg", "classifier:class_id=1")
+    old_args, old = config("--classifier-max-length", "8", "--classifier-class-id", "1")
+    assert (new.classifier_max_length, new.classifier_class_id) == (old.classifier_max_length, old.classifier_class_id) == (8, 1)
+    assert len(getattr(old_args, NOTES)) == 2
+    with pytest.raises(ValueError, match=r"^--model-arg classifier:width=3: the classifier takes no setting 'width' "
+                                         r"\(it takes: max_length, class_id\)$"):
+        config("--model-arg", "classifier:width=3")
+    with pytest.raises(ValueError, match=r"^--model-arg classifier:max_length=0: wants a whole number > 0"):
+        config("--model-arg", "classifier:max_length=0")
