@@ -122,6 +122,12 @@ class Benchmark:
         no item-based form (default)."""
         return None
 
+    def knowledge(self, name: str) -> Any:
+        """The knowledge form (``knowledge.Knowledge``) of metric ``name`` as this benchmark
+        configures it, for robustness scores and the meta-evaluation of metrics; None: it
+        declares none (default)."""
+        return None
+
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:
         """(option, path) for each file or folder the run reads, so that ``--out`` can never
         be, hold or lie inside one (retain logs cannot be rebuilt). Default: every config

@@ -209,5 +209,15 @@ class UnlearningBenchmark(Benchmark):
         except (ValueError, KeyError, TypeError):
             return None
 
+    def knowledge(self, name: str) -> Any:
+        """The form its metric declares (``@metric(knowledge=...)``) for the node this benchmark
+        builds under ``name`` (the truth ratio's depends on its aggregator); None: none, or no
+        such metric."""
+        from ...engine.knowledge import of_node
+
+        if name not in self.spec.metric_names():
+            return None
+        return of_node(self.spec.nodes((name,))[0])
+
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

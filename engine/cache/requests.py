@@ -394,9 +394,6 @@ class RequestStore:
         return n
 
     def close(self) -> None:
-        """Close the index's connection (and the one under it); the next use opens it again."""
-        if self._conn is not None:
+        if self._conn is not None:  # the next use opens it again
             self._conn.close()
             self._conn = None
-        if self.under is not None:
-            self.under.close()
