@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.adapters import spec as specs
-from ..engine.adapters.hf_weights import check_model_dirs
+from ..engine.adapters.hf.hf_weights import check_model_dirs
 from ..engine.option_owners import add_shared
 from . import common
 

@@ -25,10 +25,10 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
 from ..engine.adapters.hf import is_adapter_dir
-from ..engine.adapters.hf_gguf import check_gguf, is_gguf
-from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
+from ..engine.adapters.hf.hf_gguf import check_gguf, is_gguf
+from ..engine.adapters.hf.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
                                       masking_quirk, template_pad_files)
-from ..engine.adapters.hf_peft import check_adapter
+from ..engine.adapters.hf.hf_peft import check_adapter
 from ..engine.adapters.model_args import DEVICE_FLAG, DTYPE_FLAG, DeprecatedFlag, flags as model_arg_flags, parse_roles
 from ..engine.argtypes import limit as limit_type, positive_int
 from ..engine.option_owners import add_shared

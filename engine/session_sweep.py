@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import checkpoints, selection, sweep_plan
-from .adapters.hf_peft import release_shared_base
+from .adapters.hf.hf_peft import release_shared_base
 from .benchmark import pareto_of
 from .cache import CacheWriteError
 from .cache.safety import NotACache, cache_root, root_state, writable, write_marker

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from . import checkpoints
 from .adapters.hf import is_adapter_dir
-from .adapters.hf_peft import AdapterError, adapter_config
+from .adapters.hf.hf_peft import AdapterError, adapter_config
 from .adapters.spec import has_scheme
 from .distributed.checkpoints import assign, choose_mode
 from .redact import redact_text

@@ -16,7 +16,7 @@ model and do not change it.
 
 Who can be transformed: a model resource that can hand over its weights defines
 ``derive(transform, role)`` (the ``hf:`` backend: checkpoints, adapters, in-memory models;
-``adapters/hf_derived.py``). Any other backend (``openai:``, ``vllm:``, ``replay:``,
+``adapters/hf/hf_derived.py``). Any other backend (``openai:``, ``vllm:``, ``replay:``,
 ``toy:``) is refused by :func:`derive` before any work, naming it.
 
 Transforms are found by name: the built-in ones (:data:`BUILTIN`), then the

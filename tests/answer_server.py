@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny-llama" / "target"
-PROBE_TEXT = "The capital of France is"  # engine/adapters/openai_model.py's probe: always answered honestly
+PROBE_TEXT = "The capital of France is"  # engine/adapters/openai/openai_model.py's probe: always answered honestly
 FAULTS = ("honest", "nan", "inf", "-inf", "positive", "null", "rank0", "short", "echo", "echo_shift", "echo_swap")
 _BAD = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "positive": 3.0, "null": None}
 

@@ -86,7 +86,7 @@ class RealModel:
 def smollm(tmp_path_factory) -> RealModel:
     path = require()
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_gguf import as_checkpoint
+    from evaldag.engine.adapters.hf.hf_gguf import as_checkpoint
 
     from tests.conftest_models import one_thread
 

@@ -49,7 +49,8 @@ def run_json(out: Path) -> dict:
 def main() -> None:
     model, reqs_file, out_file, work = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
     os.environ["EVALDAG_CACHE_DIR"] = str(work / "cache")
-    from evaldag.engine.adapters import spec, vllm_engine
+    from evaldag.engine.adapters import spec
+    from evaldag.engine.adapters.vllm import vllm_engine
     from evaldag.engine.executor import Executor
     from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 

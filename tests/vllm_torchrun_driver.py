@@ -21,7 +21,8 @@ import sys
 
 if __name__ == "__main__":
     from evaldag.engine import cli
-    from evaldag.engine.adapters import spec, vllm_engine
+    from evaldag.engine.adapters import spec
+    from evaldag.engine.adapters.vllm import vllm_engine
     from evaldag.engine.distributed.group import Group
     from evaldag.engine.distributed.sharded import ShardedExecutor
     from evaldag.engine.requests import TokenStats

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...engine.adapters.hf_encoder import HFEncoder
+from ...engine.adapters.hf.hf_encoder import HFEncoder
 from ...engine.adapters.layer_names import layer_names
 from .data import load_edits, load_texts
 from .rome_edit import STEPS as ROME_STEPS

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...engine.adapters import spec as specs
-from ...engine.adapters.hf_weights import WeightDeltas
+from ...engine.adapters.hf.hf_weights import WeightDeltas
 from ...engine.adapters.layer_names import layer_names, num_layers, read_config
 
 

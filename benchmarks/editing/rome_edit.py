@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.adapters.hf_encoder import HFEncoder
+from ...engine.adapters.hf.hf_encoder import HFEncoder
 from ...metrics.editing.prompts import encode, subject_range, target_ids
 
 STEPS, LR, WEIGHT_DECAY, CLAMP, RIDGE = 60, 0.5, 0.5, 4.0, 1e-2

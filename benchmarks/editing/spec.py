@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ...engine import Node, Rows
 from ...engine.adapters import spec as specs
-from ...engine.adapters.hf_weights import check_model_dirs
+from ...engine.adapters.hf.hf_weights import check_model_dirs
 from ...engine.adapters.layer_names import num_layers, read_config
 from ...metrics.editing.causal_trace import causal_trace
 from ...metrics.editing.efficacy import efficacy, efficacy_dataset

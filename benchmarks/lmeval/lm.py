@@ -86,7 +86,7 @@ class EvaldagLM(HFLM):
         tok_path = str(getattr(model, "tokenizer_source", None) or path)  # --tokenizer, when the folder has none
         import transformers
 
-        gguf = getattr(model, "file", None)  # a GGUF (engine/adapters/hf_gguf.py): config, tokenizer from the file
+        gguf = getattr(model, "file", None)  # a GGUF (engine/adapters/hf/hf_gguf.py): config, tokenizer from the file
         folder, gguf_kw = (str(gguf.parent), {"gguf_file": gguf.name}) if gguf is not None else (path, {})
         self._config = transformers.AutoConfig.from_pretrained(folder, **gguf_kw)
         self._model = _ConfigOnly(self._config)

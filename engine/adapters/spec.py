@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
-from .hf_backend import from_spec as hf_from_spec
+from .hf.hf_backend import from_spec as hf_from_spec
 from .model_args import FLAG, pair_text
-from .vllm_lora import from_spec as vllm_from_spec
+from .vllm.vllm_lora import from_spec as vllm_from_spec
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
 

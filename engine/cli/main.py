@@ -29,7 +29,7 @@ import sys
 from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
-from ..adapters import vllm_engine
+from ..adapters.vllm import vllm_engine
 from ..option_owners import OptionClash
 from ..options import Parser, glue_shard
 from . import cache, compare, export, graph, list as list_cmd, metaeval, report, robustness, run

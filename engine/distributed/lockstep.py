@@ -14,7 +14,7 @@ batch one process would have formed.
 Only what goes through the root module's ``forward`` can be paired this way, and nothing
 may run backward (a sharded backward reduces gradients over the ranks), so a sharded
 in-memory model serves token statistics, generation (the adapter's own decode loop) and
-hidden states; the planner refuses the other kinds in one line (``adapters/hf.py``'s
+hidden states; the planner refuses the other kinds in one line (``adapters/hf/``'s
 ``SHARDED_KINDS``).
 
 The fingerprint of sharded weights hashes each rank's own shard and then the ranks'

@@ -7,7 +7,7 @@ divides by is ``k . u``. :class:`~evaldag.engine.requests.HiddenStates` returns 
 residual stream, not these inputs; this kind hooks the down-projection itself.
 
 Importing this module registers :class:`DownProjKeys` (``requests.register_kind``) and
-its handler on :class:`~evaldag.engine.adapters.hf_adapter.HFAdapter`. A batch of
+its handler on :class:`~evaldag.engine.adapters.hf.hf_adapter.HFAdapter`. A batch of
 requests runs in one forward pass per (layer, length): rows of equal length, unpadded,
 through the model's base only where the adapter can split off the output head (no logits
 are made). Why not padded: ROME inverts the keys' covariance, which is ill-conditioned
@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ...engine.adapters.hf_adapter import HFAdapter
+from ...engine.adapters.hf.hf_adapter import HFAdapter
 from ...engine.adapters.layer_names import layer_names
 from ...engine.requests import ArrayResult, Request, register_kind
 

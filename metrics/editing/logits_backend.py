@@ -8,7 +8,7 @@ is what this kind is for, so there is no head-splitting trick here.
 
 from __future__ import annotations
 
-from ...engine.adapters.hf_adapter import HFAdapter
+from ...engine.adapters.hf.hf_adapter import HFAdapter
 from .logits_request import TokenLogits, TokenLogitsResult
 
 

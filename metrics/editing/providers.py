@@ -1,7 +1,7 @@
 """Providers of the model pair: ``weight_deltas`` and ``manipulated_layers``.
 
 Both are derived lazily, once per run, and only when some node needs them. The file
-reading lives in :class:`evaldag.engine.adapters.hf_weights.WeightDeltas`; a metric
+reading lives in :class:`evaldag.engine.adapters.hf.hf_weights.WeightDeltas`; a metric
 only asks it for a tensor. Bind ``manipulated_layers`` yourself (a list of ints, e.g.
 from an edit spec) and the provider is not used.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...engine import provider
-from ...engine.adapters.hf_weights import WeightDeltas
+from ...engine.adapters.hf.hf_weights import WeightDeltas
 
 
 @provider("weight_deltas", version="1", needs=("base_model", "model"))

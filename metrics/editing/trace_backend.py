@@ -2,7 +2,7 @@
 
 The kind belongs to the editing family, so it lives here, not in the engine: importing
 this module registers :class:`CausalTrace` (``requests.register_kind``) and its handler
-on :class:`~evaldag.engine.adapters.hf_adapter.HFAdapter` (``HFAdapter.handlers``), which
+on :class:`~evaldag.engine.adapters.hf.hf_adapter.HFAdapter` (``HFAdapter.handlers``), which
 uses the adapter's public ``pad`` / ``head_split`` / ``record_tokens`` only.
 
 A batch of :class:`CausalTrace` cells runs in two forward passes,
@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ...engine.adapters.hf_adapter import HFAdapter
+from ...engine.adapters.hf.hf_adapter import HFAdapter
 from ...engine.adapters.layer_names import layer_names, num_layers
 from ...engine.requests import ArrayResult, Request, register_kind
 

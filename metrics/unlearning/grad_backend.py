@@ -2,7 +2,7 @@
 
 The kind belongs to the unlearning family (``mia_gradnorm``), so it lives here, not in
 the engine: ``grad_request.py`` declares :class:`GradNorm` (``requests.register_kind``);
-importing this module registers it and its handler on :class:`~evaldag.engine.adapters.hf_adapter.HFAdapter`, with the
+importing this module registers it and its handler on :class:`~evaldag.engine.adapters.hf.hf_adapter.HFAdapter`, with the
 group budget that lets ghost norms take many rows in one backward (``hf_grad``,
 ``hf_ghost``). Per loaded model it keeps one :class:`~.hf_grad.GradNormRunner`;
 :func:`configure` picks its way (``mode``) and rows per backward (``rows``).
@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.adapters.hf_adapter import GENERATE_GROUP, HFAdapter
+from ...engine.adapters.hf.hf_adapter import GENERATE_GROUP, HFAdapter
 from ...engine.batching import Budget
 from .grad_request import GradNorm, GradNormResult  # noqa: F401 - re-exported: the kind is registered there
 

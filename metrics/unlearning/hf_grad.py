@@ -1,4 +1,4 @@
-"""GradNorm for :class:`~evaldag.engine.adapters.hf_adapter.HFAdapter`: per-sample
+"""GradNorm for :class:`~evaldag.engine.adapters.hf.hf_adapter.HFAdapter`: per-sample
 gradient norms, one backward pass per row or many rows in one pass.
 
 Every way gives open-unlearning's number for a request: loss = -mean(log p of the

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from ...engine.adapters.hf_adapter import HFAdapter
+from ...engine.adapters.hf.hf_adapter import HFAdapter
 from ...engine.requests import ArrayResult, Request, register_kind
 from .open_unlearning_compat_core import find_handler, plain
 

@@ -16,7 +16,7 @@ from evaldag.benchmarks.editing.config import EditingConfig
 from evaldag.benchmarks.editing.make_edit import main, make_edited_checkpoint
 from evaldag.benchmarks.editing.rome_edit import RIDGE, _key, key_covariance, rome_update
 from evaldag.engine import run
-from evaldag.engine.adapters.hf_encoder import HFEncoder
+from evaldag.engine.adapters.hf.hf_encoder import HFEncoder
 
 TRACER = make_tracer.TRACER
 EDITS = json.loads((TRACER / "edits.json").read_text())

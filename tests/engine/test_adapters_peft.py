@@ -83,7 +83,7 @@ def _values(out: Path) -> dict:
 
 def test_an_adapters_fingerprint_holds_its_base_and_its_config(adapters, tmp_path):
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_peft import HFPeftModel
+    from evaldag.engine.adapters.hf.hf_peft import HFPeftModel
 
     a = HFModel(str(adapters["a"]))
     assert isinstance(a, HFPeftModel) and a.base.path == str(BASE)
@@ -148,7 +148,7 @@ def _model_record(out: Path) -> dict:
 
 
 def test_a_sweep_of_adapters_loads_the_base_once_and_equals_the_merged_checkpoints(adapters, tmp_path):
-    from evaldag.engine.adapters import hf_peft
+    from evaldag.engine.adapters.hf import hf_peft
 
     out, cache = tmp_path / "sweep", tmp_path / "cache"
     hf_peft._BASE.release()  # an earlier test's base (the same one) would otherwise be reused

@@ -13,7 +13,7 @@ import pytest
 
 from evaldag.engine import executor as executor_module
 from evaldag.engine.adapters.hf import HFModel
-from evaldag.engine.adapters.hf_adapter import HFAdapter
+from evaldag.engine.adapters.hf.hf_adapter import HFAdapter
 from evaldag.engine.backend import (Capabilities, Identity, ModelAdapter, ModelResource, OutOfMemory, backend_factory,
                                     register_backend)
 from evaldag.engine.batching import Budget

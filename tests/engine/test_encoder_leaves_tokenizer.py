@@ -1,7 +1,7 @@
 """Encoding leaves the caller's tokenizer as it was, so saving it again writes the same files."""
 
 from evaldag.engine.adapters.base import PromptTemplate
-from evaldag.engine.adapters.hf_encoder import HFEncoder
+from evaldag.engine.adapters.hf.hf_encoder import HFEncoder
 from tests.tiny_models import tiny_tokenizer
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from evaldag.engine.adapters.base import PromptTemplate
 from evaldag.engine.adapters.hf import HFModel
-from evaldag.engine.adapters.hf_adapter import GENERATE_GROUP
-from evaldag.engine.adapters.hf_generation import DecodeLoop, hf_generate, lean_loop_fits
+from evaldag.engine.adapters.hf.hf_adapter import GENERATE_GROUP
+from evaldag.engine.adapters.hf.hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from evaldag.engine.batching import Budget, pack
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import Generate, GenerationSettings

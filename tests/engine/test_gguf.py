@@ -66,7 +66,7 @@ def test_a_folder_with_two_gguf_files_names_them(tmp_path, capsys, cache_dir):
 
 def test_a_folder_with_one_gguf_is_that_file(tmp_path):
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_gguf import HFGGUFModel
+    from evaldag.engine.adapters.hf.hf_gguf import HFGGUFModel
 
     f = _write(tmp_path / "m.gguf", "llama", np.zeros((8, 4), np.float32))
     for given in (f, tmp_path):

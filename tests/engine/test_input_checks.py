@@ -187,7 +187,7 @@ def test_a_checkpoint_without_tokenizer_is_refused_up_front_and_tokenizer_suppli
     same = json.loads((tmp_path / "o2" / "TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]
     assert with_tok["agg_value"] == pytest.approx(same["agg_value"], rel=1e-6)  # the same weights and tokenizer
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_tokenizer import HFModelTokenizer
+    from evaldag.engine.adapters.hf.hf_tokenizer import HFModelTokenizer
 
     other = tmp_path / "tok2"
     shutil.copytree(TARGET, other)

@@ -249,7 +249,7 @@ def test_generate_paths_note_non_finite_logits():
     import numpy as np
     import torch
 
-    from evaldag.engine.adapters.hf_generation import _FiniteWatch
+    from evaldag.engine.adapters.hf.hf_generation import _FiniteWatch
     from evaldag.engine.requests import GenerateResult, TokenStatsResult, nonfinite_output
 
     watch = _FiniteWatch()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from evaldag.benchmarks import common
 from evaldag.engine import backend
 from evaldag.engine.adapters import spec
-from evaldag.engine.adapters.hf_tokenizer import HFModelTokenizer
+from evaldag.engine.adapters.hf.hf_tokenizer import HFModelTokenizer
 from evaldag.engine.adapters.model_args import NOTES, settings
 from evaldag.engine.backend import ModelResource
 from evaldag.engine.options import read

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from evaldag.engine.adapters import spec
-from evaldag.engine.adapters.openai_http import Client, ServerError
-from evaldag.engine.adapters.openai_model import BackendError, OpenAIModel
+from evaldag.engine.adapters.openai.openai_http import Client, ServerError
+from evaldag.engine.adapters.openai.openai_model import BackendError, OpenAIModel
 
 KEY = "sk-test-5f3c9a1e77-secret"
 

@@ -12,7 +12,7 @@ import pytest
 
 from evaldag.engine import run
 from evaldag.engine.adapters.hf import HFModel
-from evaldag.engine.adapters.openai_model import OpenAIModel
+from evaldag.engine.adapters.openai.openai_model import OpenAIModel
 from evaldag.engine.registry import BENCHMARKS
 from evaldag.engine.requests import Generate, GenerationSettings
 

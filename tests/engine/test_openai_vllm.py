@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from evaldag.engine.adapters.hf import HFModel
-from evaldag.engine.adapters.openai_model import BackendError, OpenAIModel
+from evaldag.engine.adapters.openai.openai_model import BackendError, OpenAIModel
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
 from ..conftest_models import TINY_LLAMA

@@ -70,7 +70,7 @@ def _plain_rows(tier) -> list[dict]:
 
 def test_the_gguf_is_fingerprinted_from_the_file_and_its_quantization_recorded(tier):
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_gguf import HFGGUFModel
+    from evaldag.engine.adapters.hf.hf_gguf import HFGGUFModel
 
     smollm = tier["smollm"]
     fresh = HFModel(smollm.gguf)

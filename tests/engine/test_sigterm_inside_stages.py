@@ -20,7 +20,7 @@ import pytest
 FIX = Path(__file__).parents[1] / "fixtures"
 
 SLOW = {
-    "generation": ("from evaldag.engine.adapters import hf_generation as m\n"
+    "generation": ("from evaldag.engine.adapters.hf import hf_generation as m\n"
                    "cls = m.DecodeLoop\nreal = cls._forward\n"
                    "def slow(self, *a, **k):\n    mark(); time.sleep(0.5); return real(self, *a, **k)\n"
                    "cls._forward = slow\n", "forget_Q_A_ROUGE"),
@@ -115,7 +115,7 @@ def test_generations_finished_before_a_stop_are_kept(tmp_path):
     """One continuous generation batch, stopped after some rows finished: those rows are stored
     (the executor stores each as it finishes), and the next run generates only the others."""
     fin = tmp_path / "finished"
-    prelude = ("import sys, time\nfrom pathlib import Path\nfrom evaldag.engine.adapters import hf_generation as m\n"
+    prelude = ("import sys, time\nfrom pathlib import Path\nfrom evaldag.engine.adapters.hf import hf_generation as m\n"
                "seen = []\nreal_finished = m.finished\n"
                "def counted(i, r):\n    real_finished(i, r); seen.append(i)\n"
                f"    Path({str(fin)!r}).write_text(str(len(seen)))\n"

@@ -1,4 +1,4 @@
-"""Model transforms (engine/transforms.py, adapters/hf_derived.py): the spec parsed with one-line
+"""Model transforms (engine/transforms.py, adapters/hf/hf_derived.py): the spec parsed with one-line
 errors, the derived fingerprint made of the parent's and the transform's identity, the derived
 model run through the same executor, cache and outputs as a checkpoint (``--attack``), and the
 backends that cannot hand over weights refused before any work."""

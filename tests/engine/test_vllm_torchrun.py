@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evaldag.engine.adapters import vllm_engine, vllm_model
+from evaldag.engine.adapters.vllm import vllm_engine, vllm_model
 from evaldag.engine.requests import TokenStats
 
 from .. import ranks
@@ -171,7 +171,7 @@ def test_executor_asks_the_adapter_before_each_group_also_without_a_share():
 
 
 def test_vllm_adapter_takes_its_engine_back_before_a_group():
-    from evaldag.engine.adapters.vllm_adapter import VLLMAdapter
+    from evaldag.engine.adapters.vllm.vllm_adapter import VLLMAdapter
 
     started = []
     adapter = VLLMAdapter(lambda: started.append(1), encoder=None, eos_ids=[2], max_model_len=512, device="cpu",

@@ -139,7 +139,7 @@ def test_efficacy_dataset_is_lm_debuggers_score(hf, cache_dir):
 
 def test_subject_range_first_and_last_and_missing(hf):
     tok = hf[0]
-    from evaldag.engine.adapters.hf_encoder import HFEncoder
+    from evaldag.engine.adapters.hf.hf_encoder import HFEncoder
 
     enc = HFEncoder(tok)
     ids = tok(Q).input_ids

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from evaldag.engine import run
 from evaldag.engine.adapters import HFModel
-from evaldag.engine.adapters.hf_weights import WeightDeltas, check_model_dirs
+from evaldag.engine.adapters.hf.hf_weights import WeightDeltas, check_model_dirs
 from evaldag.metrics.editing.weight_delta_norm import weight_delta_norm
 
 BASE = Path(__file__).resolve().parents[2] / "benchmarks" / "demo" / "assets" / "models" / "target"

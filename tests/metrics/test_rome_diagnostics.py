@@ -14,7 +14,7 @@ import torch
 
 from evaldag.benchmarks.editing.rome_edit import _key, rome_update
 from evaldag.engine import cli
-from evaldag.engine.adapters.hf_encoder import HFEncoder
+from evaldag.engine.adapters.hf.hf_encoder import HFEncoder
 from evaldag.engine.requests import Generate, GenerationSettings
 from evaldag.metrics.editing.prompts import encode, subject_range
 from transformers import AutoModelForCausalLM, AutoTokenizer

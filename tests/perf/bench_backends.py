@@ -100,7 +100,7 @@ def worker(backend: str, spec: str, reqs_file: Path, out_file: Path, dtype: str,
     if backend == "vllm":  # the anchor: raw LLM.generate on the same prompts, same engine, same settings
         from vllm import SamplingParams
 
-        from evaldag.engine.adapters import vllm_engine
+        from evaldag.engine.adapters.vllm import vllm_engine
 
         llm = vllm_engine.engine(model.options())
         sp = SamplingParams(max_tokens=w["new"], temperature=0, ignore_eos=True, detokenize=False)

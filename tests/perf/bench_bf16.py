@@ -55,7 +55,7 @@ def micro(folder: str, repeat: int = 3) -> None:
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from evaldag.engine.adapters.hf_adapter import _stats_kernel
+    from evaldag.engine.adapters.hf.hf_adapter import _stats_kernel
 
     def best(fn) -> float:
         out = []

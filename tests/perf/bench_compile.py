@@ -64,7 +64,7 @@ def model_folder(name: str, tmp: Path) -> Path:
         from tests.realmodel import require
 
         from evaldag.engine.adapters.hf import HFModel
-        from evaldag.engine.adapters.hf_gguf import as_checkpoint
+        from evaldag.engine.adapters.hf.hf_gguf import as_checkpoint
 
         adapter = HFModel(require(), dtype="fp32", device="cpu").load()
         folder = tmp / "smollm2"
@@ -119,7 +119,7 @@ def main() -> None:
                                         clean_up_tokenization_spaces=False))
             return texts
 
-        from evaldag.engine.adapters.hf_generation import eos_ids
+        from evaldag.engine.adapters.hf.hf_generation import eos_ids
 
         adapter_eos = eos_ids(model) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
         print(f"{folder.name}: {len(reqs)} prompts, greedy, up to {args.new} new tokens, one thread", flush=True)

@@ -45,7 +45,7 @@ def main() -> int:
     from evaldag.benchmarks.editing.data import load_edits
     from evaldag.engine import run
     from evaldag.engine.adapters import HFModel
-    from evaldag.engine.adapters.hf_encoder import HFEncoder
+    from evaldag.engine.adapters.hf.hf_encoder import HFEncoder
     from evaldag.metrics.editing.prompts import encode, subject_range
     from evaldag.metrics.editing.causal_trace import causal_trace
 

@@ -160,7 +160,7 @@ def floor_generate(model, pad: int, work: list) -> tuple[Clock, int, int]:
     import torch
     from transformers import DynamicCache
 
-    from evaldag.engine.adapters.hf_generation import _GrowingLayer, forward_params
+    from evaldag.engine.adapters.hf.hf_generation import _GrowingLayer, forward_params
 
     arg = "cache" if "cache" in forward_params(model) else "past_key_values"  # renamed in transformers 5.24
     rows = sorted(((tuple(req.prompt_ids), len(res.token_ids), res) for req, res in work),

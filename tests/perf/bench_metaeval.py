@@ -55,7 +55,7 @@ def rows(name: str, n: int) -> list[dict]:
 def base_folder(work: Path) -> Path:
     """The real model's fp32 dequantization, saved once under ``work``."""
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.adapters.hf_gguf import as_checkpoint
+    from evaldag.engine.adapters.hf.hf_gguf import as_checkpoint
     from tests.realmodel import gguf_file, smollm2_dir
 
     folder = work / "base"

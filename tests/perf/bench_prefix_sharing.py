@@ -15,7 +15,7 @@ template.
   right padded, every sequence whole.
 * shared: ``Executor()`` (the default): each question's answers packed into one batch
   (batching.pack_by_prefix), the distinct questions forwarded once, left padded, into a
-  KV cache, the answers on top of it (adapters/hf_prefix.py).
+  KV cache, the answers on top of it (adapters/hf/hf_prefix.py).
 
 ``--tofu-run FOLDER [--limit N]``: instead, the whole ``evaldag run tofu`` (bench_floor's
 metrics) on that model twice in this process, ``--prefix-sharing off`` then on, each with a

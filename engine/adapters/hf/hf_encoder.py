@@ -14,7 +14,7 @@ import json
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
-from .base import Encoded, PromptTemplate
+from ..base import Encoded, PromptTemplate
 
 
 def _digest(*parts: str) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..cache.filehash import file_sha256
-from .hf import HFModel, _digest, _dedicated_pad_files, _ensure_pad
+from ...cache.filehash import file_sha256
+from . import HFModel, _digest, _dedicated_pad_files, _ensure_pad
 from .hf_encoder import HFEncoder
 
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .layer_names import LayerNames, layer_names, num_layers, read_config
+from ..layer_names import LayerNames, layer_names, num_layers, read_config
 
 # Heavy imports (torch and safetensors) happen inside the functions that use them: a warm rerun never pays for them.
 

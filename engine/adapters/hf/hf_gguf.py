@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..cache.filehash import file_sha256
-from .hf import DTYPES, GGUF_CLASS, HFModel, _check_rows, _digest, _ensure_pad, _resolve_device
+from ...cache.filehash import file_sha256
+from . import DTYPES, GGUF_CLASS, HFModel, _check_rows, _digest, _ensure_pad, _resolve_device
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
 from .hf_pad import dedicated_pad_files
 from .hf_tokenizer import tokenizer_digest_parts
-from .integrity import FolderSnapshot, ModelRefused, check_vocab
+from ..integrity import FolderSnapshot, ModelRefused, check_vocab
 
 SUFFIX = ".gguf"
 EXTRA = "pip install 'evaldag[gguf]'"

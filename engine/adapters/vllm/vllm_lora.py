@@ -28,11 +28,11 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..backend import Capabilities, Identity, ModelResource
+from ...backend import Capabilities, Identity, ModelResource
 from . import vllm_engine
-from .model_args import settings
-from .hf import is_adapter_dir
-from .hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
+from ..model_args import settings
+from ..hf import is_adapter_dir
+from ..hf.hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
 from .vllm_model import VLLMModel, VLLMSpecError, eos_ids
 

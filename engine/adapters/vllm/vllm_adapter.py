@@ -29,10 +29,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..backend import Capabilities, ModelAdapter
+from ...backend import Capabilities, ModelAdapter
 from . import vllm_engine
-from ..batching import Budget
-from ..requests import Generate, GenerateResult, GenerateText, Request, TokenStats, TokenStatsResult
+from ...batching import Budget
+from ...requests import Generate, GenerateResult, GenerateText, Request, TokenStats, TokenStatsResult
 
 #: vLLM schedules rows itself: the executor may hand it a whole stage at once
 ENGINE_GROUP = Budget(tokens=1 << 24, max_batch=1 << 16)

@@ -8,9 +8,9 @@
 * :class:`HFEncoder` (hf_encoder.py) turns text into request ids exactly the way open-unlearning does
   (``preprocess_chat_instance`` / ``preprocess_pretraining_instance``), quirks included,
   plus a ``joint`` mode that fixes the prompt/answer boundary bug (open-unlearning #195).
-* :class:`HFAdapter` (hf_adapter.py) runs one batch of same-kind requests: per-token statistics computed in
-  chunks (never a full ``[batch, len, vocab]`` float32 tensor), batched generation with
-  per-sequence stop strings and seeds, hidden states, and per-sample gradient norms.
+* :class:`HFAdapter` (hf_adapter.py) runs one batch of same-kind requests; it is the one class that
+  declares this backend's request kinds (``HFAdapter.handlers``: token stats in chunks, generation,
+  hidden states, and each plugin's kind). The folder's other modules are named in docs/architecture.md.
 
 torch and transformers are imported inside functions only: importing this module is cheap.
 """
@@ -26,15 +26,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..backend import Capabilities, Identity, ModelResource
-from ..cache.aliases import resolve as resolve_alias  # a folder the Trainer saved: its in-memory fingerprint
-from ..cache.filehash import file_sha256
+from ...backend import Capabilities, Identity, ModelResource
+from ...cache.aliases import resolve as resolve_alias  # a folder the Trainer saved: its in-memory fingerprint
+from ...cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
-from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
+from ..integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
                         model_files as _model_files, model_names as _names)
 from .hf_pad import dedicated_pad_files as _dedicated_pad_files, dedicated_pad_object as _dedicated_pad_object
-from .placement import check_device_map, placement, placement_kwargs, whole_weights
+from ..placement import check_device_map, placement, placement_kwargs, whole_weights
 
 __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 

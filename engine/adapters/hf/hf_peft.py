@@ -29,11 +29,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ..cache.filehash import file_sha256
-from .hf import ADAPTER_CLASS, ADAPTER_CONFIG, HFModel, _check_rows, _digest, _ensure_pad, is_adapter_dir
+from ...cache.filehash import file_sha256
+from . import ADAPTER_CLASS, ADAPTER_CONFIG, HFModel, _check_rows, _digest, _ensure_pad, is_adapter_dir
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
-from .integrity import FolderSnapshot, model_files, model_names
+from ..integrity import FolderSnapshot, model_files, model_names
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 # LoRA-wrapped projections whose input (lora_A's columns) or output (lora_B's rows) is the

@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
-from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
+from ...requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
+from ...backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from . import hf_prefix
 

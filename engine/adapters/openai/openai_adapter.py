@@ -29,10 +29,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..answers import BadAnswer, number, rank
-from ..backend import Capabilities, ModelAdapter
-from ..batching import Budget
-from ..requests import Generate, GenerateResult, Request, TokenStats, TokenStatsResult
+from ...answers import BadAnswer, number, rank
+from ...backend import Capabilities, ModelAdapter
+from ...batching import Budget
+from ...requests import Generate, GenerateResult, Request, TokenStats, TokenStatsResult
 from .openai_http import ServerError, chunks
 
 PROMPTS_PER_CALL = 16

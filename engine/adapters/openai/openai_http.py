@@ -38,9 +38,9 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..backend import ServingError
-from ..progress import say as progress_say
-from ..redact import MASK, redact_text
+from ...backend import ServingError
+from ...progress import say as progress_say
+from ...redact import MASK, redact_text
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_MAX = 30.0  # seconds: a longer Retry-After is waited this long

