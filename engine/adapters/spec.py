@@ -31,6 +31,7 @@ from ..backend import BACKEND_GROUP, Routed, backend_factory
 from .hf.hf_backend import from_spec as hf_from_spec
 from .model_args import FLAG, pair_text
 from .vllm.vllm_lora import from_spec as vllm_from_spec
+from .openai.openai_model import from_spec as openai_from_spec
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
 
@@ -172,17 +173,26 @@ def role_of(flag: str) -> str:
     return word.removesuffix("-model") if word.endswith("-model") else word
 
 
+def _built_in(scheme: str) -> Any:
+    """The factory evaldag itself ships for ``scheme``, whatever its install's metadata says."""
+    return {"hf": hf_from_spec, "vllm": vllm_from_spec, "openai": openai_from_spec}.get(scheme)
+
+
 def scheme_factory(scheme: str) -> Any:
-    """The scheme's factory from the backend registry (``evaldag.backends``); ``hf`` is
-    built in, so a bare path works whatever is installed."""
+    """The scheme's factory from the backend registry (``evaldag.backends``); the built-in
+    schemes work whatever is installed: a bare path, an install whose metadata names the
+    ``HFModel`` class, or one whose entry points name a module that has since moved into its
+    backend's folder (stale until ``pip install -e .``)."""
     try:
         factory = backend_factory(scheme)
     except KeyError:
         factory = None
-    if scheme == "hf" and (factory is None or isinstance(factory, type)):
-        return hf_from_spec  # built in; an install whose metadata predates hf_backend names the HFModel class itself
-    if factory is None and scheme == "vllm":  # built in too: a stale install's entry points still find it
-        return vllm_from_spec
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("evaldag.") or _built_in(scheme) is None:
+            raise  # a third-party backend's own module is missing: its error, not ours to hide
+        factory = None
+    if factory is None or (scheme == "hf" and isinstance(factory, type)):
+        return _built_in(scheme)
     return factory
 
 

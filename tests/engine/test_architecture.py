@@ -448,3 +448,24 @@ def test_the_importer_check_can_fail():
     bad = wrong_importer_lists(wrong)
     assert len(bad) == 2 and bad[0].startswith("render/: the page says ['report.py', 'views.py'], the imports say [")
     assert "'cli/graph.py'" in bad[0] and "'export.py'" in bad[1]
+
+
+DECLARES = {"hf": "hf_adapter.py:HFAdapter", "vllm": "vllm_adapter.py:VLLMAdapter", "openai": "openai_adapter.py:OpenAIAdapter"}
+
+
+def test_each_backend_is_one_folder_with_one_class_declaring_its_kinds():
+    """hf, vllm and openai each live in their own folder under ``adapters/``, none loose beside the
+    shared helpers, and each folder has exactly one ModelAdapter subclass of its own that says
+    which request kinds the backend serves (``capabilities``); variants subclass that one."""
+    adapters = ROOT / "engine" / "adapters"
+    loose = sorted(f.name for f in adapters.glob("*.py") if f.stem.split("_")[0] in ("hf", "vllm", "openai"))
+    assert not loose, f"backend modules outside their folder: {loose}"
+    for backend in ("hf", "vllm", "openai"):
+        folder = adapters / backend
+        assert (folder / "__init__.py").is_file(), folder
+        declaring = []
+        for f in sorted(folder.glob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "ModelAdapter" for b in node.bases):
+                    declaring.append(f"{f.name}:{node.name}")
+        assert declaring == [DECLARES[backend]], f"adapters/{backend}/: {declaring}"

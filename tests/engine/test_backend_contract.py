@@ -11,9 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaldag.engine import executor as executor_module
+from evaldag.engine import backend as backend_module, executor as executor_module
+from evaldag.engine.adapters import spec
 from evaldag.engine.adapters.hf import HFModel
 from evaldag.engine.adapters.hf.hf_adapter import HFAdapter
+from evaldag.engine.adapters.hf import hf_backend
+from evaldag.engine.adapters.openai import openai_model
+from evaldag.engine.adapters.vllm import vllm_lora
 from evaldag.engine.backend import (Capabilities, Identity, ModelAdapter, ModelResource, OutOfMemory, backend_factory,
                                     register_backend)
 from evaldag.engine.batching import Budget
@@ -186,12 +190,33 @@ def test_a_kind_must_be_registered_before_a_handler(monkeypatch):
 
 
 def test_backends_are_found_by_scheme():
-    assert backend_factory("hf") is HFModel
+    assert backend_factory("hf") is hf_backend.from_spec
     assert backend_factory("toy")("5").seed == 5
     register_backend("mini", lambda target: MinimalModel())
     assert isinstance(backend_factory("mini")("x"), MinimalModel)
     with pytest.raises(KeyError, match="unknown model backend 'nosuch'; installed: .*hf"):
         backend_factory("nosuch")
+
+
+def test_entry_points_naming_modules_that_moved_still_find_the_built_in_backends(tmp_path, monkeypatch):
+    """An environment installed before the backends moved into their folders keeps entry points
+    naming the old modules until it is reinstalled: the built-in schemes still resolve there,
+    while a third-party backend whose module is missing still says so."""
+    dist = tmp_path / "evaldag-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: evaldag\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[evaldag.backends]\nhf = evaldag.engine.adapters.hf_backend:from_spec\n"
+        "openai = evaldag.engine.adapters.openai_model:from_spec\ntoy = evaldag.engine.adapters.toy:from_spec\n"
+        "vllm = evaldag.engine.adapters.vllm_lora:from_spec\nother = evaldag_no_such_plugin:from_spec\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backend_module, "_FACTORIES", {})
+    assert spec.scheme_factory("hf") is hf_backend.from_spec
+    assert spec.scheme_factory("vllm") is vllm_lora.from_spec
+    assert spec.scheme_factory("openai") is openai_model.from_spec
+    assert spec.scheme_factory("toy")("5").seed == 5
+    with pytest.raises(ModuleNotFoundError, match="evaldag_no_such_plugin"):
+        spec.scheme_factory("other")
 
 
 def test_hf_request_keys_did_not_move():
