@@ -1,4 +1,4 @@
-"""Generation for :class:`~evaldag.engine.adapters.hf_adapter.HFAdapter`.
+"""Generation for :class:`~evaldag.engine.adapters.hf.hf_adapter.HFAdapter`.
 
 Two paths, the same tokens:
 
