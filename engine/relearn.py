@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 __all__ = ["RECIPES", "Recipe", "RecipeError", "TrainReport", "collate", "disjoint_halves", "encode_rows",
            "parse_recipe", "step_count", "train", "training_order"]
 
@@ -155,8 +157,6 @@ def training_order(n: int, recipe: Recipe) -> list[int]:
     """The positions of the rows in the order they train: dataset order, or one permutation by ``shuffle``."""
     order = list(range(n))
     if recipe.shuffle is not None:
-        import numpy as np
-
         order = [int(i) for i in np.random.default_rng(recipe.shuffle).permutation(n)]
     return order
 
