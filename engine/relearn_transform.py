@@ -35,6 +35,8 @@ from typing import Any, Literal
 
 import pydantic
 
+from .adapters.base import PromptTemplate
+from .adapters.hf_encoder import HFEncoder
 from .cache.filehash import active_memo
 from .cache.weights import WeightStore
 from .relearn import DEFAULT_RECIPE, RECIPES, Recipe, RecipeError, disjoint_halves, encode_rows, lora_model, \
@@ -194,8 +196,6 @@ class Relearn(Transform):
 
     # -- the derived weights
     def apply(self, model: Any, tokenizer: Any) -> Any:
-        from .adapters.hf_encoder import HFEncoder
-
         recipe = self.recipe
         key = self.derived_fingerprint(self._parent.fingerprint())
         memo = active_memo()
@@ -257,8 +257,6 @@ def _split_resource(resources: dict[str, Any], split: str, text: str) -> str:
 
 
 def _examples(encoder: Any, rows: list[dict], template: Any, recipe: Recipe) -> list[dict]:
-    from .adapters.base import PromptTemplate
-
     qa = [r for r in rows if "question" in r and "answer" in r]
     if len(qa) == len(rows):
         return encode_rows(encoder, rows, template if template is not None else PromptTemplate.plain(), recipe)
