@@ -108,3 +108,28 @@ def test_a_split_the_run_does_not_have_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
     r = _run(tmp_path, "out", "--attack", "relearn:lrr=1")
     assert r.returncode == 2 and "relearn has no parameter 'lrr'; did you mean lr?" in r.stderr
+
+
+def test_lora_relearn_stores_only_its_adapter(tmp_path):
+    spec = "relearn:mode=lora,lr=1e-3"
+    cold = run_cli(["run", "tofu", "--model", TARGET, "--data", DATA, "--metrics", "forget_Q_A_Prob", "--attack", spec,
+                    "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out", "--no-progress"])
+    assert cold.returncode == 0, cold.stderr
+    store = Cache(tmp_path / "cache", inspect=True).weights
+    (folder,) = list(store.entries())
+    assert sorted(store.manifest(folder.name)["files"]) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert store.manifest(folder.name)["steps"] == 3
+    attacked = _summary(tmp_path / "out" / "attacks" / "relearn_mode=lora,lr=1e-3")
+    assert attacked["forget_Q_A_Prob"] != _summary(tmp_path / "out")["forget_Q_A_Prob"]
+    # another cache for the answers, the same weights store: the adapter loads over the parent, nothing trains
+    import shutil
+
+    shutil.rmtree(tmp_path / "cache" / "objects")
+    shutil.rmtree(tmp_path / "cache" / "requests")
+    shutil.rmtree(tmp_path / "cache" / "index", ignore_errors=True)
+    trained, stored = len(relearn.TRAINER_RUNS), len(relearn_transform.STORED_LOADS)
+    again = run_cli(["run", "tofu", "--model", TARGET, "--data", DATA, "--metrics", "forget_Q_A_Prob", "--attack", spec,
+                     "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out2", "--no-progress"])
+    assert again.returncode == 0, again.stderr
+    assert (len(relearn.TRAINER_RUNS), len(relearn_transform.STORED_LOADS)) == (trained, stored + 1)
+    assert _summary(tmp_path / "out2" / "attacks" / "relearn_mode=lora,lr=1e-3") == attacked
