@@ -167,6 +167,10 @@ class Relearn(Transform):
             bound._rows = [rows[i] for i in training_order(len(rows), recipe)]
         if not bound._rows:
             raise TransformError(f"--attack {self.text}: split {split!r} leaves no rows to train on")
+        for i, r in enumerate(rows):
+            if not (_qa(r) or isinstance(r.get("text"), str)):
+                raise TransformError(f"--attack {self.text}: row {i} (0-based) of {bound._split_key or split} has neither "
+                                     f"question and answer nor text (its fields: {', '.join(sorted(r)) or 'none'})")
         return bound
 
     def scored(self, resources: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +216,8 @@ class Relearn(Transform):
             model = lora_model(model, recipe)
         scratch = Path(tempfile.mkdtemp(prefix="evaldag-relearn-"))
         try:
-            report = train(model, tokenizer, examples, recipe, str(scratch / "trainer"))
+            mask = getattr(self._parent, "attention_mask", "reference")  # --attention-mask, as the metrics mask
+            report = train(model, tokenizer, examples, recipe, str(scratch / "trainer"), mask=mask)
             if store is not None and not store.read_only:
                 out = scratch / "weights"
                 model.save_pretrained(str(out), safe_serialization=True)
@@ -256,12 +261,19 @@ def _split_resource(resources: dict[str, Any], split: str, text: str) -> str:
                          + f" (its splits: {', '.join(short) or 'none'}; or give a .json/.jsonl file)")
 
 
+def _qa(row: dict) -> bool:
+    return isinstance(row.get("question"), str) and isinstance(row.get("answer"), str)
+
+
 def _examples(encoder: Any, rows: list[dict], template: Any, recipe: Recipe) -> list[dict]:
-    qa = [r for r in rows if "question" in r and "answer" in r]
-    if len(qa) == len(rows):
-        return encode_rows(encoder, rows, template if template is not None else PromptTemplate.plain(), recipe)
+    """Question/answer rows learn their answer through the run's template; ``text`` rows (a corpus)
+    learn every token, as a pretraining step."""
+    template = template if template is not None else PromptTemplate.plain()
     out = []
-    for r in rows:  # text rows (a corpus): every token is learned, as a pretraining step
+    for r in rows:
+        if _qa(r):
+            out += encode_rows(encoder, [r], template, recipe)
+            continue
         enc = encoder.encode_completion("", r["text"], max_length=recipe.max_length)
         ids = list(enc.context_ids) + list(enc.continuation_ids)
         out.append({"input_ids": ids, "labels": [-100] * len(enc.context_ids) + list(enc.continuation_ids)})
