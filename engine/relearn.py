@@ -31,11 +31,12 @@ import difflib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
+import pydantic
 
-__all__ = ["RECIPES", "Recipe", "RecipeError", "TrainReport", "collate", "disjoint_halves", "encode_rows",
+__all__ = ["RECIPES", "Recipe", "RecipeError", "RecipeParams", "TrainReport", "collate", "disjoint_halves", "encode_rows",
            "parse_recipe", "step_count", "train", "training_order"]
 
 DEFAULT_RECIPE = "openunlearning-meta-eval"
@@ -84,64 +85,72 @@ class Recipe:
 #: the named, pinned recipes; ``recipe=NAME`` starts from one, other fields override it
 RECIPES: dict[str, Recipe] = {DEFAULT_RECIPE: Recipe()}
 
-_CHOICES = {"scheduler": ("constant", "linear", "cosine"), "mode": ("full", "lora"),
-            "optimizer": ("adamw_torch",)}
+class RecipeParams(pydantic.BaseModel):
+    """The recipe's fields as ``--attack relearn:KEY=VALUE,...`` and :func:`parse_recipe` take them,
+    each checked (the transform's ``Params``)."""
 
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-def _value(name: str, text: str, kind: Any) -> Any:
-    text = text.strip()
-    if name == "shuffle":
-        if text.lower() in ("", "none", "no", "false"):
-            return None
-        kind = int
-    try:
-        if kind is bool or kind == "bool":
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if kind in (int, "int"):
-            return int(text)
-        if kind in (float, "float"):
-            out = float(text)
-            if not math.isfinite(out):
-                raise ValueError
-            return out
-    except ValueError:
-        raise RecipeError(f"relearn: {name}={text!r} is not a {getattr(kind, '__name__', kind)}") from None
-    if name in _CHOICES and text not in _CHOICES[name]:
-        raise RecipeError(f"relearn: {name}={text!r}: use one of {', '.join(_CHOICES[name])}")
-    return text
+    recipe: str = DEFAULT_RECIPE
+    split: str = "forget"
+    epochs: float = pydantic.Field(1.0, gt=0)
+    lr: float = pydantic.Field(2e-5, gt=0)
+    batch: int = pydantic.Field(4, gt=0)
+    grad_accum: int = pydantic.Field(4, gt=0)
+    warmup: int = pydantic.Field(0, ge=0)
+    weight_decay: float = pydantic.Field(0.0, ge=0)
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    optimizer: Literal["adamw_torch"] = "adamw_torch"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = pydantic.Field(1.0, ge=0)
+    max_length: int = pydantic.Field(512, gt=0)
+    shuffle: int | None = None
+    disjoint: bool = False
+    mode: Literal["full", "lora"] = "full"
+    lora_r: int = pydantic.Field(8, gt=0)
+    lora_alpha: int = pydantic.Field(16, gt=0)
+    lora_dropout: float = pydantic.Field(0.0, ge=0, lt=1)
+    lora_targets: str = "all-linear"
+    seed: int = 0
+
+    @pydantic.field_validator("recipe")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        if v not in RECIPES:
+            close = difflib.get_close_matches(v, RECIPES, n=1)
+            raise ValueError(f"no recipe named {v!r}" + (f"; did you mean {close[0]}?" if close else "")
+                             + f" (known: {', '.join(RECIPES)})")
+        return v
+
+    @pydantic.field_validator("shuffle", mode="before")
+    @classmethod
+    def _none(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and v.strip().lower() in ("", "none", "no", "false") else v
+
+    def as_recipe(self) -> Recipe:
+        """The named recipe with the fields given here over it."""
+        return dataclasses.replace(RECIPES[self.recipe], **self.model_dump(exclude_unset=True), recipe=self.recipe)
 
 
 def parse_recipe(params: dict[str, str] | None = None) -> Recipe:
     """A :class:`Recipe` from ``key=value`` strings: ``recipe=NAME`` picks the start (default
-    :data:`DEFAULT_RECIPE`), the other keys override its fields. An unknown key or recipe is one
-    line with the close matches."""
+    :data:`DEFAULT_RECIPE`), the other keys override its fields. An unknown key or recipe, or a value
+    that does not fit, is one line (with the close matches)."""
     params = dict(params or {})
-    name = params.pop("recipe", DEFAULT_RECIPE)
-    if name not in RECIPES:
-        close = difflib.get_close_matches(name, RECIPES, n=3)
-        raise RecipeError(f"relearn: no recipe named {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-                          + f" (known: {', '.join(RECIPES)})")
-    kinds = {f.name: f.type for f in dataclasses.fields(Recipe)}
-    changes: dict[str, Any] = {}
-    for key, text in params.items():
-        if key not in kinds or key == "recipe":
-            close = difflib.get_close_matches(key, [k for k in kinds if k != "recipe"], n=3)
+    known = [k for k in RecipeParams.model_fields if k != "recipe"]
+    for key in params:
+        if key not in RecipeParams.model_fields:
+            close = difflib.get_close_matches(key, known, n=3)
             raise RecipeError(f"relearn: no parameter {key!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-                              + f" (known: {', '.join(k for k in kinds if k != 'recipe')})")
-        kind = kinds[key]
-        kind = {"float": float, "int": int, "bool": bool, "str": str}.get(kind, kind) if isinstance(kind, str) else kind
-        changes[key] = _value(key, str(text), kind)
-    recipe = dataclasses.replace(RECIPES[name], recipe=name, **changes)
-    for key in ("epochs", "lr", "batch", "grad_accum", "max_length", "lora_r", "lora_alpha"):
-        if getattr(recipe, key) <= 0:
-            raise RecipeError(f"relearn: {key}={getattr(recipe, key)} must be above 0")
-    if recipe.warmup < 0 or recipe.weight_decay < 0 or recipe.max_grad_norm < 0:
-        raise RecipeError("relearn: warmup, weight_decay and max_grad_norm cannot be negative")
-    return recipe
+                              + f" (known: {', '.join(known)})")
+    try:
+        return RecipeParams(**params).as_recipe()
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"]))
+        raise RecipeError(f"relearn: {where}={params.get(where)!r}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
 def step_count(rows: int, recipe: Recipe, world_size: int = 1) -> int:

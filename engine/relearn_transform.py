@@ -24,77 +24,26 @@ when it trains.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
-
-import pydantic
+from typing import Any
 
 from .adapters.base import PromptTemplate
 from .adapters.hf_encoder import HFEncoder
 from .cache.filehash import active_memo
 from .cache.weights import WeightStore
-from .relearn import DEFAULT_RECIPE, RECIPES, Recipe, RecipeError, disjoint_halves, encode_rows, lora_model, \
-    parse_recipe, step_count, train, training_order
+from .relearn import Recipe, RecipeError, RecipeParams, disjoint_halves, encode_rows, lora_model, step_count, train, \
+    training_order
 from .resources import Rows, hash_rows
 from .transforms import Transform, TransformError
 
 __all__ = ["Relearn", "STORED_LOADS"]
 
 STORED_LOADS: list[str] = []  # keys of stored weights loaded instead of trained (tests count them)
-_D = Recipe()
-
-
-class RelearnParams(pydantic.BaseModel):
-    """The recipe's fields as ``--attack relearn:KEY=VALUE,...`` takes them (``relearn.Recipe``)."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-    recipe: str = DEFAULT_RECIPE
-    split: str = _D.split
-    epochs: float = pydantic.Field(_D.epochs, gt=0)
-    lr: float = pydantic.Field(_D.lr, gt=0)
-    batch: int = pydantic.Field(_D.batch, gt=0)
-    grad_accum: int = pydantic.Field(_D.grad_accum, gt=0)
-    warmup: int = pydantic.Field(_D.warmup, ge=0)
-    weight_decay: float = pydantic.Field(_D.weight_decay, ge=0)
-    scheduler: Literal["constant", "linear", "cosine"] = "constant"
-    optimizer: Literal["adamw_torch"] = "adamw_torch"
-    adam_beta1: float = _D.adam_beta1
-    adam_beta2: float = _D.adam_beta2
-    adam_eps: float = _D.adam_eps
-    max_grad_norm: float = pydantic.Field(_D.max_grad_norm, ge=0)
-    max_length: int = pydantic.Field(_D.max_length, gt=0)
-    shuffle: int | None = None
-    disjoint: bool = False
-    mode: Literal["full", "lora"] = "full"
-    lora_r: int = pydantic.Field(_D.lora_r, gt=0)
-    lora_alpha: int = pydantic.Field(_D.lora_alpha, gt=0)
-    lora_dropout: float = pydantic.Field(_D.lora_dropout, ge=0, lt=1)
-    lora_targets: str = _D.lora_targets
-    seed: int = _D.seed
-
-    @pydantic.field_validator("recipe")
-    @classmethod
-    def _named(cls, v: str) -> str:
-        if v not in RECIPES:
-            close = difflib.get_close_matches(v, RECIPES, n=1)
-            raise ValueError(f"no recipe named {v!r}" + (f"; did you mean {close[0]}?" if close else "")
-                             + f" (known: {', '.join(RECIPES)})")
-        return v
-
-    @pydantic.field_validator("shuffle", mode="before")
-    @classmethod
-    def _none(cls, v: Any) -> Any:
-        return None if isinstance(v, str) and v.strip().lower() in ("", "none", "no", "false") else v
-
-    def recipe_(self) -> Recipe:
-        return dataclasses.replace(RECIPES[self.recipe], **self.model_dump())
 
 
 def _is_file(split: str) -> bool:
@@ -124,7 +73,7 @@ class Relearn(Transform):
 
     name = "relearn"
     version = "1"
-    Params = RelearnParams
+    Params = RecipeParams
     positional = "split"
     trains = True
     roles = ("model", "retain_model")  # the retain model is relearned the same way: R's control
@@ -137,7 +86,7 @@ class Relearn(Transform):
 
     @property
     def recipe(self) -> Recipe:
-        return self.params.recipe_()
+        return self.params.as_recipe()
 
     def check(self) -> None:
         if self.params.mode == "lora":
@@ -191,6 +140,7 @@ class Relearn(Transform):
 
     def identity(self) -> dict:
         out = super().identity()
+        out["params"] = self.recipe.fields()  # the recipe in effect: the named one with the fields given over it
         if self._rows is not None:
             out["rows"] = len(self._rows)
             out["steps"] = step_count(len(self._rows), self.recipe)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evaldag.engine.relearn import (RecipeError, collate, disjoint_halves, encode_rows, parse_recipe, step_count,
+from evaldag.engine.relearn import (RECIPES, RecipeError, RecipeParams, collate, disjoint_halves, encode_rows, parse_recipe, step_count,
                                     train, training_order)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -29,6 +29,7 @@ def test_default_recipe_is_the_meta_evaluation_one():
     assert (r.recipe, r.split, r.epochs, r.lr, r.batch, r.grad_accum, r.warmup, r.weight_decay, r.scheduler,
             r.optimizer, r.max_length, r.shuffle, r.mode) == (
         "openunlearning-meta-eval", "forget", 1.0, 2e-5, 4, 4, 0, 0.0, "constant", "adamw_torch", 512, None, "full")
+    assert RecipeParams().as_recipe() == r == RECIPES["openunlearning-meta-eval"]
     # 40 rows: 10 micro-batches of 4, an optimizer step per 4 of them, the last partial one counted: 3 steps
     assert step_count(40, r) == 3
     assert step_count(20, r) == 2  # the disjoint half
@@ -43,9 +44,11 @@ def test_overrides_and_refusals():
         parse_recipe({"lrr": "1"})
     with pytest.raises(RecipeError, match=r"no recipe named 'openunlearning'; did you mean openunlearning-meta-eval"):
         parse_recipe({"recipe": "openunlearning"})
-    with pytest.raises(RecipeError, match=r"epochs='x' is not a float"):
+    with pytest.raises(RecipeError, match=r"epochs='x': Input should be a valid number"):
         parse_recipe({"epochs": "x"})
-    with pytest.raises(RecipeError, match=r"mode='qlora': use one of full, lora"):
+    with pytest.raises(RecipeError, match=r"lr='0': Input should be greater than 0"):
+        parse_recipe({"lr": "0"})
+    with pytest.raises(RecipeError, match=r"mode='qlora': Input should be 'full' or 'lora'"):
         parse_recipe({"mode": "qlora"})
 
 
