@@ -181,9 +181,9 @@ def parse(text: str, flag: str = "--attack") -> Transform:
         params = cls.Params(**given)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(map(str, err["loc"])) or name
-        raise TransformError(f"{flag} {text}: {name}'s {where}={given.get(where, '')!s}: "
-                             f"{str(err['msg']).removeprefix('Value error, ')}") from None
+        where, msg = ".".join(map(str, err["loc"])), str(err["msg"]).removeprefix("Value error, ")
+        what = f"{name}'s {where}={given.get(where, '')}" if where else name
+        raise TransformError(f"{flag} {text}: {what}: {msg}") from None
     return cls(params, text)
 
 
