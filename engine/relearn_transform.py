@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -83,6 +84,7 @@ class Relearn(Transform):
     _template: Any = None
     _parent: Any = None
     _scored: list[int] | None = None
+    _world = 1
 
     @property
     def recipe(self) -> Recipe:
@@ -99,6 +101,7 @@ class Relearn(Transform):
     def bind(self, resources: dict[str, Any], role: str) -> "Relearn":
         bound = type(self)(self.params, self.text)
         bound._parent = resources.get(role)
+        bound._world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun: a Trainer job over the ranks
         split = self.params.split
         if _is_file(split):
             rows, bound._split_key = read_rows_file(split), None
@@ -143,7 +146,9 @@ class Relearn(Transform):
         out["params"] = self.recipe.fields()  # the recipe in effect: the named one with the fields given over it
         if self._rows is not None:
             out["rows"] = len(self._rows)
-            out["steps"] = step_count(len(self._rows), self.recipe)
+            out["steps"] = step_count(len(self._rows), self.recipe, self._world)
+            if self._world > 1:  # the effective batch is the ranks' together: other weights
+                out["world_size"] = self._world
             if self._scored is not None:
                 out["scored_rows"] = len(self._scored)
         return out
@@ -160,7 +165,7 @@ class Relearn(Transform):
         examples = _examples(HFEncoder(tokenizer), self._rows, self._template, recipe)
         label = self._parent.label() if hasattr(self._parent, "label") else str(self._parent)
         print(f"evaldag: relearn {label}: {len(examples)} rows of {self._split_key or self.params.split}, "
-              f"{step_count(len(examples), recipe)} steps ({recipe.epochs:g} epoch(s), batch {recipe.batch} x "
+              f"{step_count(len(examples), recipe, self._world)} steps ({recipe.epochs:g} epoch(s), batch {recipe.batch} x "
               f"accumulation {recipe.grad_accum}, lr {recipe.lr:g}, {recipe.mode})", file=sys.stderr)
         if recipe.mode == "lora":
             model = lora_model(model, recipe)
