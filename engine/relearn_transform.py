@@ -182,7 +182,7 @@ class Relearn(Transform):
                     if p.suffix == ".md" or not p.is_file():  # PEFT's model card
                         p.unlink() if p.is_file() else shutil.rmtree(p)
                 store.put(key, out, {"transform": self.name, "version": self.version,
-                                     "params": self.params.model_dump(mode="json"), "parent": self._parent.fingerprint(),
+                                     "params": recipe.fields(), "parent": self._parent.fingerprint(),
                                      "data": self.data_fingerprint(), "rows": len(examples), "steps": report.steps,
                                      "losses": report.losses, "train_seconds": round(report.seconds, 3),
                                      "train_cpu_seconds": round(report.cpu_seconds, 3),
