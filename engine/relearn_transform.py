@@ -181,7 +181,7 @@ class Relearn(Transform):
                 for p in out.iterdir():
                     if p.suffix == ".md" or not p.is_file():  # PEFT's model card
                         p.unlink() if p.is_file() else shutil.rmtree(p)
-                store.put(key, out, {"transform": self.name, "version": self.version,
+                store.put(key, out, {"transform": self.name, "version": self.version, "spec": self.text,
                                      "params": recipe.fields(), "parent": self._parent.fingerprint(),
                                      "data": self.data_fingerprint(), "rows": len(examples), "steps": report.steps,
                                      "losses": report.losses, "train_seconds": round(report.seconds, 3),

@@ -265,12 +265,11 @@ class WeightStore:
 
 
 def describe(body: dict) -> str:
-    """One line for ``cache ls``: what made a stored folder."""
+    """One line for ``cache ls``: what made a stored folder (the attack as written, else its parameters)."""
     what = body.get("transform", "weights")
-    params = body.get("params") or {}
-    shown = ",".join(f"{k}={v}" for k, v in params.items())
+    shown = body.get("spec") or f"{what}:" + ",".join(f"{k}={v}" for k, v in (body.get("params") or {}).items())
     steps = body.get("steps")
-    return f"{what}:{shown}" + (f" ({steps} steps)" if steps is not None else "") + " [weights]"
+    return str(shown) + (f" ({steps} steps)" if steps is not None else "") + " [weights]"
 
 
 __all__ = ["FOLDER", "MANIFEST", "CorruptWeights", "WeightStore", "describe"]

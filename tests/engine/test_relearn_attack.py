@@ -83,7 +83,7 @@ def test_relearn_trains_once_stores_and_a_warm_rerun_trains_and_loads_nothing(tm
     assert _summary(attacked)["forget_Q_A_Prob"] == after["forget_Q_A_Prob"]
 
     ls = run_cli(["cache", "ls", "--cache-dir", tmp_path / "cache"]).stdout
-    assert ls.count("(3 steps) [weights]") == 2
+    assert ls.count("relearn (3 steps) [weights]") == 2
 
 
 def test_disjoint_trains_on_one_half_and_scores_the_other(tmp_path):
