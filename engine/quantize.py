@@ -26,6 +26,7 @@ GGUF types) are transforms of their own beside this one.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from typing import Any, Literal
 
@@ -88,8 +89,8 @@ class Quantize(Transform):
     def round_trip(self, w: Any) -> Any:
         """``w`` as bitsandbytes would store it, dequantized, in ``w``'s dtype."""
         import torch
-        from bitsandbytes import functional as F
 
+        F = _functional()
         p = self.params
         if p.method == "int8-weight":
             cb, stats, _ = F.int8_vectorwise_quant(w.contiguous().to(torch.float16))
@@ -112,6 +113,19 @@ def quantized_linears(model: Any) -> list[tuple[str, Any]]:
     skip = {id(head.weight)} if head is not None and getattr(head, "weight", None) is not None else set()
     return [(n, m) for n, m in model.named_modules()
             if isinstance(m, torch.nn.Linear) and m is not head and id(m.weight) not in skip]
+
+
+def _functional() -> Any:
+    """``bitsandbytes.functional``, imported without its warning that the optional ``kernels``
+    package (a fused CPU matmul) is missing: the round trip never uses that kernel."""
+    quiet = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        from bitsandbytes import functional
+    finally:
+        quiet.setLevel(level)
+    return functional
 
 
 def _installed(module: str) -> bool:

@@ -17,6 +17,7 @@ handler, capability and check of the ``hf`` backend serves it unchanged. What di
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,9 @@ def _private_copy(parent: HFModel) -> tuple[Any, Any]:
         model = base.load().model
         from peft import PeftModel
 
-        merged = PeftModel.from_pretrained(model, str(Path(parent.path).expanduser())).merge_and_unload()
+        with warnings.catch_warnings():  # peft calls a method transformers deprecates: its notice, not ours
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)
+            merged = PeftModel.from_pretrained(model, str(Path(parent.path).expanduser())).merge_and_unload()
         return merged, parent.encoder().tokenizer
     fresh._adapter = None
     return fresh.load().model, parent.encoder().tokenizer

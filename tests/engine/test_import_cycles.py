@@ -97,6 +97,7 @@ LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hu
            "wandb",  # optional (evaldag[wandb]): imported only by export --wandb
            "vllm",  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
            "gguf",  # optional (evaldag[gguf]): imported only when a .gguf model is checked or loaded
+           "bitsandbytes",  # optional (evaldag[quantize]): imported only when --attack quantize loads its model
            "deepspeed"}  # never a dependency: imported only to gather a ZeRO-3 model a DeepSpeed job trains
 
 

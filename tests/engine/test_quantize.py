@@ -141,3 +141,20 @@ def test_bitsandbytes_missing_is_one_line_naming_the_extra_before_any_work(tmp_p
     assert proc.stderr == ("evaldag: error: --attack quantize:nf4: needs bitsandbytes (the evaldag[quantize] extra): "
                            "pip install 'evaldag[quantize]'\n")
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_an_adapter_is_merged_into_a_private_base_then_quantized(tmp_path):
+    """``--model ADAPTER_DIR --attack quantize:nf4``: the numbers of the attack on the merged
+    checkpoint; the process's shared base (the plain run's) is not changed."""
+    pytest.importorskip("peft")
+    from .test_adapters_peft import _merged, make_adapter
+
+    adapter = make_adapter(tmp_path / "lora", seed=1, tokenizer=True)
+    merged = _merged(adapter, tmp_path / "merged")
+    assert _tofu(tmp_path, "a", "--attack", "quantize:nf4", model=str(adapter)).returncode == 0
+    assert _tofu(tmp_path, "m", "--attack", "quantize:nf4", model=str(merged)).returncode == 0
+    read = lambda f: json.loads(f.read_text())  # noqa: E731
+    assert read(tmp_path / "a" / "attacks" / "quantize_nf4" / "TOFU_EVAL.json") == \
+        read(tmp_path / "m" / "attacks" / "quantize_nf4" / "TOFU_EVAL.json")
+    assert _tofu(tmp_path, "a2", model=str(adapter)).returncode == 0  # the shared base again, unquantized
+    assert read(tmp_path / "a2" / "TOFU_EVAL.json") == read(tmp_path / "a" / "TOFU_EVAL.json")
