@@ -79,6 +79,8 @@ class RetainOptions(ModelOptions):
 
     retain_logs: str | None = None
     retain: Literal["none", "logs", "model"] = "none"
+    base_model: str | None = None  # the checkpoint --model was unlearned from (nf4_changed_fraction)
+    mia_blind_baseline: bool = False  # a model-free classifier's AUC beside the MIAs' (metrics/unlearning/blind_mia.py)
 
     @model_validator(mode="before")
     @classmethod

@@ -13,6 +13,10 @@ bitsandbytes integration leaves them (``get_keys_to_not_convert``); biases stay 
   as ``Int8Params`` stores it, then ``int8_vectorwise_dequant``. Weights only: LLM.int8()
   inference also quantizes the activations and keeps outlier columns (threshold 6.0) in
   float16, which this does not reproduce, so no equivalence with it is claimed.
+* ``load=bnb``: bitsandbytes' kernel path instead of the round trip: each decoder Linear
+  becomes a ``bitsandbytes.nn.Linear4bit`` (nf4, fp4), as transformers' ``load_in_4bit`` makes it,
+  and bitsandbytes' own kernels compute with it (on a CPU with AVX512-BF16 a fused bf16 kernel,
+  docs/model-attacks.md); no gradient kinds then.
 * ``compute_dtype``: the dtype bitsandbytes' matmul runs in. ``auto`` (default): the model's
   own; ``bf16``/``fp16``: the dequantized weight is rounded to it, as
   ``dequantize_4bit(...).to(compute_dtype)`` does before the matmul (the activations
@@ -32,6 +36,8 @@ from typing import Any, Literal
 
 import pydantic
 
+from .backend import Capabilities
+from .requests import REQUEST_TYPES
 from .transforms import Transform, TransformError
 
 EXTRA = "pip install 'evaldag[quantize]'"
@@ -48,6 +54,7 @@ class QuantizeParams(pydantic.BaseModel):
     blocksize: int | None = None
     double_quant: bool = False
     compute_dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    load: Literal["roundtrip", "bnb"] = "roundtrip"
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -62,6 +69,9 @@ class QuantizeParams(pydantic.BaseModel):
             raise ValueError("int8-weight is row-wise: it takes no blocksize or double_quant")
         if self.method != "int8-weight" and self.blocksize not in BLOCKSIZES:
             raise ValueError(f"blocksize must be one of {', '.join(map(str, BLOCKSIZES))}")
+        if self.method == "int8-weight" and self.load == "bnb":
+            raise ValueError("load=bnb runs bitsandbytes' 4-bit kernels (nf4, fp4); int8-weight is the weights only "
+                             "(bitsandbytes' 8-bit kernel is LLM.int8() inference, not offered)")
         return self
 
 
@@ -82,9 +92,41 @@ class Quantize(Transform):
         import torch
 
         with torch.no_grad():
-            for _, module in quantized_linears(model):
-                module.weight.copy_(self.round_trip(module.weight.data))
+            for name, module in quantized_linears(model):
+                if self.params.load == "bnb":
+                    holder, _, attr = name.rpartition(".")
+                    setattr(model.get_submodule(holder), attr, self.linear4bit(module))
+                else:
+                    module.weight.copy_(self.round_trip(module.weight.data))
         return model
+
+    def capabilities(self, caps: Any) -> Any:
+        """``load=bnb``: bitsandbytes' quantized weights take no gradient, so the kinds that
+        need a backward pass (``cost_rank`` 2: per-sample gradient norms) are not served (the
+        planner names the metric that needs one); the round trip serves what its parent does."""
+        if self.params.load != "bnb":
+            return caps
+        backward = {k for k in caps.kinds if getattr(REQUEST_TYPES.get(k), "cost_rank", 0) >= 2}
+        return Capabilities(caps.kinds - backward, caps.token_fields)
+
+    def linear4bit(self, linear: Any) -> Any:
+        """``linear`` as transformers' ``load_in_4bit`` makes it: a ``bitsandbytes.nn.Linear4bit``
+        whose weight bitsandbytes quantizes when it is moved to its device (its own kernels serve it)."""
+        import torch
+
+        _functional()
+        import bitsandbytes as bnb
+
+        p, w = self.params, linear.weight
+        compute = w.dtype if p.compute_dtype == "auto" else getattr(torch, DTYPES[p.compute_dtype])
+        new = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                compute_dtype=compute, compress_statistics=p.double_quant, quant_type=p.method,
+                                device="meta")
+        new.weight = bnb.nn.Params4bit(w.data.clone(), requires_grad=False, blocksize=p.blocksize,
+                                       compress_statistics=p.double_quant, quant_type=p.method, module=new)
+        if linear.bias is not None:
+            new.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+        return new.to(w.device).train(linear.training)
 
     def round_trip(self, w: Any) -> Any:
         """``w`` as bitsandbytes would store it, dequantized, in ``w``'s dtype."""

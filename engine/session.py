@@ -253,8 +253,9 @@ def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
 
 
 def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
-    """Every model attack usable before any work: its own checks (a package, a data split), and a
-    model it can derive from (a backend that cannot hand over weights is named); TransformError."""
+    """Every model attack usable before any work: its own checks (a package, a data split), a
+    model it can derive from (a backend that cannot hand over weights is named), and a derived
+    model that serves every metric of the run (the planner's line)."""
     folders: dict[str, str] = {}
     for t in options.attacks:
         if t.folder() in folders:
@@ -262,7 +263,7 @@ def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
                                  f"(attacks/{t.folder()}); give each model attack once")
         folders[t.folder()] = t.text
         t.check()
-        build(benches, cfgs, attack_options(options, t))
+        check_serves(benches, cfgs, attack_options(options, t))  # built and planned: nothing loaded
 
 
 def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group | None, shared_only: bool) -> Outcome:

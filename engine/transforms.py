@@ -113,6 +113,10 @@ class Transform:
         unchanged; a transform that trains on part of a split scores the rest (relearn's disjoint variant)."""
         return resources
 
+    def capabilities(self, caps: Any) -> Any:
+        """What the derived model serves, from its parent's ``Capabilities`` (default: the same)."""
+        return caps
+
     def apply(self, model: Any, tokenizer: Any) -> Any:
         """The derived model from ``model`` (a freshly loaded torch model of the parent, this
         transform's own: change it in place and return it, or return another)."""

@@ -42,6 +42,9 @@ class DerivedMixin:
     def weights_fingerprint(self) -> str | None:
         return None
 
+    def capabilities(self) -> Any:
+        return self.transform.capabilities(self.parent.capabilities())
+
     def verify_unchanged(self) -> None:
         self.parent.verify_unchanged()
 

@@ -122,7 +122,7 @@ def test_each_parameter_is_in_the_fingerprint():
 
 @pytest.mark.parametrize("spec, line", [
     ("quantize:blocksze=128", "--attack quantize:blocksze=128: quantize has no parameter 'blocksze'; did you mean "
-                              "blocksize? its parameters: method, blocksize, double_quant, compute_dtype"),
+                              "blocksize? its parameters: method, blocksize, double_quant, compute_dtype, load"),
     ("quantize:nf5", "--attack quantize:nf5: quantize's method=nf5: Input should be 'nf4', 'fp4' or 'int8-weight'"),
     ("quantize:int8-weight,blocksize=64", "--attack quantize:int8-weight,blocksize=64: quantize: int8-weight is "
                                           "row-wise: it takes no blocksize or double_quant"),
@@ -158,3 +158,58 @@ def test_an_adapter_is_merged_into_a_private_base_then_quantized(tmp_path):
         read(tmp_path / "m" / "attacks" / "quantize_nf4" / "TOFU_EVAL.json")
     assert _tofu(tmp_path, "a2", model=str(adapter)).returncode == 0  # the shared base again, unquantized
     assert read(tmp_path / "a2" / "TOFU_EVAL.json") == read(tmp_path / "a" / "TOFU_EVAL.json")
+
+
+@pytest.mark.parametrize("method", ["nf4", "fp4"])
+def test_load_bnb_is_transformers_load_in_4bit_bit_for_bit(method):
+    """``load=bnb``: bitsandbytes' own Linear4bit and kernels (its fused bf16 kernel on this CPU):
+    the logits of transformers' ``load_in_4bit`` model exactly, not the round trip's."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    ref = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32, device_map="cpu", quantization_config=(
+        BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=method, bnb_4bit_compute_dtype=torch.float32))).eval()
+    derived = HFModel(str(TARGET), dtype="fp32").derive(transforms.parse(f"quantize:{method},load=bnb"))
+    model = derived.load().model
+    assert type(model.model.layers[1].mlp.down_proj).__name__ == "Linear4bit" and type(model.lm_head) is torch.nn.Linear
+    ids = derived.encoder().tokenizer(["Question: Who wrote it?\nAnswer: Jane Doe, in 1999."], return_tensors="pt")["input_ids"]
+    roundtrip = transforms.parse(f"quantize:{method}").apply(_load(), None)
+    with torch.no_grad():
+        kernel, ours, rt = ref(ids).logits, model(ids).logits, roundtrip(ids).logits
+    assert torch.equal(ours, kernel)
+    assert derived.fingerprint() != HFModel(str(TARGET), dtype="fp32").derive(transforms.parse(f"quantize:{method}")).fingerprint()
+    if F.has_avx512bf16():  # this machine: the fused kernel computes in bf16, the round trip in fp32
+        assert 0 < (kernel - rt).abs().max().item() < 0.5
+
+
+def test_load_bnb_refuses_gradient_metrics_before_any_work(tmp_path):
+    proc = run_cli(["run", "tofu", "--model", TARGET, "--data", FIX / "tofu_tiny", "--limit", "4", "--quiet",
+                    "--metrics", "forget_Q_A_Prob,mia_gradnorm", "--out", tmp_path / "out", "--cache-dir", tmp_path / "c",
+                    "--attack", "quantize:nf4,load=bnb"])
+    assert proc.returncode == 2 and proc.stderr.startswith("evaldag: error: grad_norms needs gradients; hf:") \
+        and "[quantize:nf4,load=bnb] gives token statistics" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_compute_dtype_rounds_the_dequantized_weight_as_bitsandbytes_matmul_casts_it():
+    w = _load().model.layers[0].mlp.down_proj.weight.detach()
+    got = transforms.parse("quantize:nf4,compute_dtype=bf16").round_trip(w)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, _bnb_round_trip(w, "quantize:nf4").to(torch.bfloat16).to(torch.float32))
+    assert not torch.equal(got, _bnb_round_trip(w, "quantize:nf4"))
+
+
+def test_a_warm_rerun_of_an_attack_loads_no_weights_and_imports_no_torch(tmp_path):
+    import subprocess
+
+    args = ["run", "tofu", "--model", str(TARGET), "--data", str(FIX / "tofu_tiny"), "--limit", "2", "--metrics",
+            "forget_Q_A_Prob", "--quiet", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+            "--attack", "quantize:nf4"]
+    assert run_cli(args).returncode == 0
+    code = ("import sys\nfrom evaldag.engine import cli\n"
+            f"code = cli.main({args!r})\n"
+            "print(code, *(m in sys.modules for m in ('torch', 'transformers', 'bitsandbytes')))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1",
+                         "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert got.stdout.split() == ["0", "False", "False", "False"], got.stderr
+    run = json.loads((tmp_path / "out" / "attacks" / "quantize_nf4" / "run.json").read_text())
+    assert {n["status"] for n in run["nodes"].values()} == {"cached"}

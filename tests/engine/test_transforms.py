@@ -149,3 +149,17 @@ def test_a_library_caller_gets_the_same_refusal_from_the_resource():
         transforms.derive_resources({"model": ToyModel(seed=0)}, transforms.parse("scale-test"))
     with pytest.raises(transforms.TransformError, match=r"^--attack scale-test: this run has no model to attack$"):
         transforms.derive_resources({"data": 1}, transforms.parse("scale-test"))
+
+
+def test_an_in_memory_model_is_copied_not_changed():
+    """A model handed over in memory (the Trainer callback's): the derived model works on a deep copy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(TARGET).eval()
+    parent = HFModel.from_pretrained_objects(model, AutoTokenizer.from_pretrained(TARGET))
+    before = model.model.layers[1].mlp.up_proj.weight.detach().clone()
+    derived = parent.derive(transforms.parse("scale-test:2"))
+    assert derived.fingerprint() == transforms.parse("scale-test:2").derived_fingerprint(parent.fingerprint())
+    got = derived.load().model
+    assert got is not model and torch.equal(got.model.layers[1].mlp.up_proj.weight, before * 2)
+    assert torch.equal(model.model.layers[1].mlp.up_proj.weight, before)
