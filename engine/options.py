@@ -144,6 +144,10 @@ def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> N
     r.add_argument("--rehash", action="store_true", help="hash model files again, ignoring the cache's file-hash memo")
     r.add_argument("--deterministic", action="store_true",
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
+    r.add_argument("--prefix-sharing", choices=["on", "off"], default="on",
+                   help="on (the default): requests that share a context (a question's answers, a task's options) "
+                        "go in one batch and the context is computed once, numbers within float32 rounding of "
+                        "off (docs/performance.md); off: every sequence forwarded whole; --deterministic turns it off")
     launch.add_arguments(r)
     add_model_option(r, benches)  # the one owner of --model (a sweep when repeated)
     r.add_argument("--step-of", action="append", default=[], metavar="NAME=N",
@@ -226,7 +230,8 @@ def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] 
         out=Path(args.out or "evaldag-out"), cache_dir=args.cache_dir, cache_read_from=args.cache_read_from,
         init_cache=args.init_cache, lock_timeout=args.lock_timeout, refresh=args.refresh, rehash=args.rehash,
         n_jobs=args.n_jobs, batch_tokens=args.batch_tokens, deterministic=args.deterministic,
-        progress=args.progress, quiet=args.quiet, add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
+        prefix_sharing=args.prefix_sharing == "on", progress=args.progress, quiet=args.quiet,
+        add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
         command=tuple(command) if command is not None else None,
         attacks=attacks, **overrides)
     sweep = SweepOptions(

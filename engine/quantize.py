@@ -138,12 +138,19 @@ class Quantize(Transform):
             cb, stats, _ = F.int8_vectorwise_quant(w.contiguous().to(torch.float16))
             out = F.int8_vectorwise_dequant(cb, stats)
         else:
-            packed, state = F.quantize_4bit(w.contiguous(), blocksize=p.blocksize, quant_type=p.method,
-                                            compress_statistics=p.double_quant)
-            out = F.dequantize_4bit(packed, state)
+            out = round_trip_4bit(w, p.method, p.blocksize, p.double_quant)
         if p.compute_dtype != "auto":
             out = out.to(getattr(torch, DTYPES[p.compute_dtype]))
         return out.to(w.dtype)
+
+
+def round_trip_4bit(w: Any, method: str = "nf4", blocksize: int = 64, double_quant: bool = False) -> Any:
+    """``w`` through bitsandbytes' ``quantize_4bit`` and back (nf4 or fp4), in bitsandbytes' output
+    dtype; the one definition the quantize model attack and ``nf4_changed_fraction`` share."""
+    F = _functional()
+    packed, state = F.quantize_4bit(w.contiguous(), blocksize=blocksize, quant_type=method,
+                                    compress_statistics=double_quant)
+    return F.dequantize_4bit(packed, state)
 
 
 def quantized_linears(model: Any) -> list[tuple[str, Any]]:

@@ -90,6 +90,7 @@ class RunOptions:
     n_jobs: int = 1
     batch_tokens: int | None = None
     deterministic: bool = False
+    prefix_sharing: bool = True  # a context shared by several requests computed once (off under deterministic)
     progress: bool | None = None
     quiet: bool = False
     add_metrics: tuple[str, ...] = ()
@@ -287,7 +288,8 @@ def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group |
 
 def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_only: bool, held: dict) -> int:
     out = o.out_dir
-    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic}
+    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic,
+                "prefix_sharing": o.prefix_sharing}
     try:
         failed: Exception | None = None
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ...engine import Params, Result, metric
+from ...engine.quantize import round_trip_4bit
 
 QUANTIZE_EXTRA = "pip install 'evaldag[quantize]'"
 
@@ -44,12 +45,10 @@ def check_quantize_extra() -> None:
 def round_trip(weight: Any, quant_type: str = "nf4", blocksize: int = 64) -> Any:
     """``weight`` quantized and dequantized by bitsandbytes, in its own dtype where bitsandbytes takes it."""
     import torch
-    from bitsandbytes import functional as bnbf
 
     if weight.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         weight = weight.to(torch.float32)
-    packed, state = bnbf.quantize_4bit(weight.contiguous(), blocksize=blocksize, quant_type=quant_type)
-    return bnbf.dequantize_4bit(packed, state)
+    return round_trip_4bit(weight, quant_type, blocksize)
 
 
 def changed_count(original: Any, edited: Any, quant_type: str = "nf4", blocksize: int = 64) -> int:
