@@ -200,7 +200,7 @@ def mean_items(ev: dict, metric: str, positions) -> float:
     vals = []
     for i in positions:
         item = by[str(i)]
-        vals.append(float(next(v for v in item.values() if isinstance(v, (int, float)))))
+        vals.append(float(item["prob"] if "prob" in item else next(v for v in item.values() if isinstance(v, (int, float)))))
     return sum(vals) / len(vals)
 
 if __name__ == "__main__":
