@@ -45,6 +45,7 @@ class UnlearningBenchmark(Benchmark):
     resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID",
                       "base_model": "--base-model ORIGINAL_DIR"}
     takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
+    splits = report.SPLITS  # forget, holdout, retain
     #: forget quality (log) against model utility, the retain model marked (TOFU's figure; MUSE has neither name)
     tradeoff = Tradeoff(x="model_utility", y="forget_quality", reference="retain_model", reference_label="retain model")
 
@@ -208,6 +209,16 @@ class UnlearningBenchmark(Benchmark):
             return sample_of(kind, parents)
         except (ValueError, KeyError, TypeError):
             return None
+
+    def knowledge(self, name: str) -> Any:
+        """The form its metric declares (``@metric(knowledge=...)``) for the node this benchmark
+        builds under ``name`` (the truth ratio's depends on its aggregator); None: none, or no
+        such metric."""
+        from ...engine.knowledge import of_node
+
+        if name not in self.spec.metric_names():
+            return None
+        return of_node(self.spec.nodes((name,))[0])
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

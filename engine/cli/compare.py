@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..export import ExportError, _read, csv_text, folder_rows, run_folders
-from ..registry import BENCHMARKS
+from ..export import ExportError, _read, benchmarks_by_group, csv_text, folder_rows, run_folders
 from ..uncertainty import benjamini_hochberg, holm, paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
@@ -66,24 +65,9 @@ def table(a: list[dict], b: list[dict]) -> list[dict]:
     return out
 
 
-def _benchmarks_by_group(folder: Path) -> dict[str, Any]:
-    """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
-    meta = _read(folder / "run.json")
-    names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
-    out = {}
-    for n in names:
-        if isinstance(n, str) and n in BENCHMARKS:
-            try:
-                bench = BENCHMARKS.get(n)
-            except Exception:  # noqa: BLE001 - an uninstalled plugin: its metrics get no paired test
-                continue
-            out[bench.group.upper()] = bench
-    return out
-
-
 def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int) -> list[dict]:
     """Each row whose metric both runs hold item by item gets its paired test; Holm over them all."""
-    benches = _benchmarks_by_group(fa)
+    benches = benchmarks_by_group(fa)
     evals: dict[tuple[str, str], Any] = {}
 
     def file(folder: Path, group: str) -> Any:

@@ -7,6 +7,8 @@
     evaldag cache info|ls|runs|explain|verify|clear|prune
     evaldag export DIR [...] --csv|--jsonl|--parquet   the runs' metrics as one long table
     evaldag compare A B [--out FILE]      per-metric difference between two runs
+    evaldag robustness OUT [--retain R]   R, Q, HM of each metric under attacks (ROBUSTNESS.json)
+    evaldag metaeval --knows .. --not-knows ..   faithfulness and robustness of metrics (METAEVAL.json)
     evaldag demo                          (and any command registered under ``evaldag.commands``)
 
 Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.registry`);
@@ -29,7 +31,7 @@ from importlib.metadata import entry_points
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
 from ..options import Parser, glue_shard
-from . import cache, compare, export, graph, list as list_cmd, report, run
+from . import cache, compare, export, graph, list as list_cmd, metaeval, report, robustness, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
 COMMANDS_GROUP = "evaldag.commands"
@@ -52,6 +54,8 @@ def parser(benchmarks: list[str] | None = None, command: str | None = None, top_
     cache.add_parser(sub)
     export.add_parser(sub)
     compare.add_parser(sub)
+    robustness.add_parser(sub)
+    metaeval.add_parser(sub)
     for ep in entry_points(group=COMMANDS_GROUP):
         if ep.name == command or top_help:
             mod = ep.load()
@@ -169,6 +173,10 @@ def _main(argv: list[str]) -> int:
         return export.cmd(args)
     if args.cmd == "compare":
         return compare.cmd(args)
+    if args.cmd == "robustness":
+        return robustness.cmd(args)
+    if args.cmd == "metaeval":
+        return metaeval.cmd(args)
     return next(ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name == args.cmd).load().main(args)
 
 
