@@ -19,8 +19,9 @@ from typing import Any, Callable, Protocol, Sequence, Union
 
 from .clusters import Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
+from .interval_cells import interval_caption, interval_of, with_interval
 from .runjson import read_run_json
-from .view import computed_text, fmt_num, fmt_secs, from_run_dir, headline, read_evals, read_json
+from .view import computed_text, fmt_secs, from_run_dir, headline, read_evals, read_json
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
                 if val is None:
                     val = headline(r.evals.get(bench, {}).get(name))
                 vals.append(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None)
-                cell = _with_interval(num_cell(vals[-1]), vals[-1], _interval_of(r, bench, name))
+                cell = with_interval(num_cell(vals[-1]), vals[-1], interval_of(r.evals, bench, name))
                 cells.append(_served(cell, r.evals.get(bench, {}).get(name)))
             cells += [_delta_cell(vals[0], v) for v in vals[1:]]  # side by side: each later run minus the first
             cls = "ed-headline" if name in head else ""
@@ -180,50 +181,13 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
         cols += "".join(f'<th class="ed-num ed-delta" title="{escape(r.title)} minus {escape(runs[0].title)}">'
                         f'Δ {escape(r.title)}</th>' for r in runs[1:])
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
-                   + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}">{_interval_caption(runs, bench)}'
+                   + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}">{interval_caption([r.evals for r in runs], bench)}'
                    "<thead><tr><th>metric</th>"
                    f"<th>split</th>{cols}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
     if not out:
         return '<p class="ed-muted">No metric values found.</p>'
     return '<p class="ed-muted">Headline numbers (the SUMMARY files) in bold, then every other metric\'s agg_value. ' \
            "Click a column to sort.</p>" + "".join(out)
-
-
-INTERVALS = "_INTERVALS"  # the interval files' group suffix: <GROUP>_INTERVALS_EVAL.json beside <GROUP>_EVAL.json
-
-
-def _interval_of(r: RunFolder, bench: str, name: str) -> dict | None:
-    """The metric's block of the run's ``<bench>_INTERVALS_EVAL.json``, when it has a percentile interval."""
-    b = (r.evals.get(bench + INTERVALS) or {}).get(name)
-    ci = b.get("percentile") if isinstance(b, dict) else None
-    ok = isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in ci)
-    return b if ok else None
-
-
-def _with_interval(cell: str, value: float | None, block: dict | None) -> str:
-    """A value's cell with its percentile interval beside it in brackets: the bounds as drawn, since a
-    percentile interval need not be symmetric about the value (a ``±`` would pretend it is)."""
-    if value is None or block is None or not cell.endswith("</td>"):
-        return cell
-    lo, hi = block["percentile"]
-    return cell[: -len("</td>")] + f' <span class="ed-ci">[{escape(fmt_num(lo))}, {escape(fmt_num(hi))}]</span></td>'
-
-
-def _interval_caption(runs: list[RunFolder], bench: str) -> str:
-    """Once per table: the level and resample count of the intervals beside its values (none: no caption)."""
-    kinds = []
-    for r in runs:
-        for b in (r.evals.get(bench + INTERVALS) or {}).values():
-            if isinstance(b, dict) and b.get("percentile") is not None:
-                kind = (b.get("confidence_level"), b.get("n_resamples"))
-                if kind not in kinds:
-                    kinds.append(kind)
-    if not kinds:
-        return ""
-    said = "; ".join(f"{fmt_num(100 * lv) if isinstance(lv, (int, float)) else '?'}% percentile bootstrap intervals over "
-                     f"items, {n} resamples" for lv, n in kinds)
-    return (f'<caption class="ed-muted">In brackets: {escape(said)} ({escape(bench)}_INTERVALS_EVAL.json; '
-            "docs/uncertainty.md).</caption>")
 
 
 def _served(cell: str, entry: Any) -> str:
