@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..engine.option_owners import add_shared
+
 
 RESAMPLES = ("--bootstrap-resamples", "--bootstrap-cycles", "--bootstrap-iters")
 
@@ -54,10 +56,7 @@ def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) 
                               help=f"bootstrap resamples per interval ({what}); 0: no intervals")),
              (("--seed",), dict(type=int, default=None, help="the seed of the bootstrap (and of sampling where a benchmark samples)")))
     for names, kw in flags[:2 if seed else 1]:
-        try:
-            p.add_argument(*names, **kw)
-        except argparse.ArgumentError:  # declared already by another benchmark of this command
-            pass
+        add_shared(p, *names, **kw)  # each benchmark declares them; one meaning (its own default applied later)
 
 
 def bootstrap_options(args: argparse.Namespace, resamples: int, seed: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu, Tradeoff
+from ...engine.option_owners import add_shared
 from ...engine.render.report_html import RunFolder, Section
 from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fraction
 from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
@@ -58,22 +59,16 @@ class UnlearningBenchmark(Benchmark):
         common.add_model_arguments(p)
         add_base_model_argument(p)
         common.add_limit_argument(p)
-        p.add_argument("--mia-blind-baseline", action="store_true",
+        add_shared(p, "--mia-blind-baseline", action="store_true",
                        help="TOFU, MUSE: beside the MIAs, the AUC of a model-free classifier (bag of words and length, "
                             "cross-validated, --seed) on their member/non-member rows: mia_blind_baseline says which MIA "
                             "does not beat it (pip install 'evaldag[sklearn]')")
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
-        try:
-            p.add_argument("--summary-intervals", action="store_true",
-                           help="TOFU, MUSE: with --bootstrap-resamples, the intervals also in <BENCH>_SUMMARY.json (\"intervals\")")
-        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
-            pass
-        try:
-            add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
-                                             "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
-        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
-            pass
+        add_shared(p, "--summary-intervals", action="store_true",
+                   help="TOFU, MUSE: with --bootstrap-resamples, the intervals also in <BENCH>_SUMMARY.json (\"intervals\")")
+        add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
+                                         "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -131,7 +126,8 @@ class UnlearningBenchmark(Benchmark):
         """``base_model`` for the weight nodes, checked first (local folders, same shapes, bitsandbytes)."""
         check_weights_readable(cfg.model, cfg.base_model, "nf4_changed_fraction")
         check_quantize_extra()
-        return base_model_resource(cfg.base_model, cfg.dtype, cfg.device, cfg.backend_options.get("model", {}).get("tokenizer"))
+        return base_model_resource(cfg.base_model, cfg.dtype, cfg.device, cfg.backend_options.get("model", {}).get("tokenizer"),
+                                   cfg.backend_options.get("base_model"))
 
     def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
         """Data first (a missing folder is the first error), then the retain logs, then the models."""
@@ -241,6 +237,9 @@ class UnlearningBenchmark(Benchmark):
         such metric."""
         from ...engine.knowledge import of_node
 
+        transformed = self.spec.TRANSFORMED_METRIC
+        if transformed and name.startswith(transformed + "_") and name not in self.spec.metric_names():
+            name = transformed  # on a prompt-transformed set (Jailbreak-ROUGE): the metric's own form
         if name not in self.spec.metric_names():
             return None
         return of_node(self.spec.nodes((name,))[0])

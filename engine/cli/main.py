@@ -30,6 +30,7 @@ from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
+from ..option_owners import OptionClash
 from ..options import Parser, glue_shard
 from . import cache, compare, export, graph, list as list_cmd, metaeval, report, robustness, run
 
@@ -158,7 +159,12 @@ def _main(argv: list[str]) -> int:
         return 2
     top_help = cmd is None and bool({"-h", "--help"} & set(argv))
     argv = glue_shard(argv)  # `--shard -1/2` (run, graph) read as --shard=-1/2
-    args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
+    try:
+        built = parser(benches, command=cmd, top_help=top_help)
+    except OptionClash as e:  # two benchmarks of this command give one option two meanings
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    args = built.parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)
     if args.cmd == "graph":
