@@ -58,3 +58,22 @@ def test_two_runs_one_with_intervals_each_column_its_own(tmp_path):
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     assert cells[2] == "0.9821" and cells[3].startswith("0.9821") and "[0.9704, 0.9899]" in cells[3]
     assert cells[4] == "+0"  # the delta column as before
+
+
+def _mia(forget, holdout):
+    side = lambda xs: {"value_by_index": {str(i): {"score": x} for i, x in enumerate(xs)}}  # noqa: E731
+    return {"agg_value": 0.875, "auc": 0.875, "forget": side(forget), "holdout": side(holdout)}
+
+
+def test_the_roc_legend_gives_each_auc_its_interval_where_written(tmp_path):
+    d = _folder(tmp_path, "run", True)
+    evals = {**EVAL, "mia_min_k": _mia([0.1, 0.2, 0.6, 0.7], [0.3, 0.8, 0.9, 0.95]),
+             "mia_loss": _mia([0.1, 0.2, 0.6, 0.7], [0.3, 0.8, 0.9, 0.95])}
+    (d / "TOFU_EVAL.json").write_text(json.dumps(evals))
+    ivs = {**IVS, "mia_min_k": {"agg_value": 0.875, "percentile": [0.4375, 1.0], "confidence_level": 0.95, "n_resamples": 200}}
+    (d / "TOFU_INTERVALS_EVAL.json").write_text(json.dumps(ivs))
+    html = build_report_html([d])
+    roc = html[html.index('data-plot="roc"'):]
+    roc = roc[: roc.index("</svg>")]
+    assert ">mia_min_k · AUC 0.875 [0.438, 1.000]</text>" in roc  # the interval file's bounds beside the AUC
+    assert ">mia_loss · AUC 0.875</text>" in roc  # no interval written for it: the AUC alone
