@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from ...engine.render.clusters import Split, guess_split
+from ...engine.render.interval_cells import interval_of
 from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
 from ...engine.render.report_html import RunFolder, Section
 
@@ -83,7 +84,9 @@ def plot_cards(run: RunFolder) -> dict[str, list[str]]:
         if svg:
             cards.setdefault("truth-ratio", []).append(svg + _table_values(evals, [n for n, _ in tr]))
         curves, notes = mia_curves(evals)
-        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC")
+        blocks = {n: interval_of(run.evals, bench, n) for n, *_ in curves}  # each AUC's, where the run wrote one
+        ivs = {n: b["percentile"] for n, b in blocks.items() if b}
+        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC", intervals=ivs)
         if svg:
             cards.setdefault("roc", []).append(svg + "".join(f'<p class="ed-warn">{escape(t)}</p>' for t in notes))
         probs = [(n, per_item(e, "prob")) for n, e in sorted(evals.items()) if _PROB.match(n)]
