@@ -291,8 +291,20 @@ def provenance(resources: Any, graph: Graph | None = None, extra: dict | None = 
             if t is not None and t not in templates:
                 templates.append(t)
         out["templates"] = templates
+        added = system_prompts_added(out["resources"], templates)
+        if added:
+            out["system_prompt_added"] = added
     out.update(extra or {})
     return redact(out)  # a token in a path, URL or --api-key value never reaches run.json or the report
+
+
+def system_prompts_added(resources: dict, templates: list) -> dict[str, str]:
+    """Per model resource, the default system prompt its chat template wrote into every prompt:
+    a chat template in the run's node params with no system prompt of its own."""
+    if not any(isinstance(t, dict) and t.get("apply_chat_template") and not t.get("system_prompt") for t in templates):
+        return {}
+    return {name: d["chat_default_system_prompt"] for name, d in sorted(resources.items())
+            if isinstance(d, dict) and isinstance(d.get("chat_default_system_prompt"), str)}
 
 
 def describe_resource(res: Any) -> dict:

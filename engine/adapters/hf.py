@@ -29,6 +29,7 @@ from typing import Any
 from ..backend import Capabilities, Identity, ModelResource
 from ..cache.aliases import resolve as resolve_alias  # a folder the Trainer saved: its in-memory fingerprint
 from ..cache.filehash import file_sha256
+from .chat_quirks import with_chat_facts
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
@@ -271,7 +272,7 @@ class HFModel(ModelResource):
             out.update(loaded_dtype=str(model.dtype).replace("torch.", ""), loaded_device=str(model.device))
         if self.device_map is not None:
             out["device_map"] = placement(self._adapter.model) if self._adapter is not None else self.device_map
-        return out
+        return with_chat_facts(out, self)
 
     # -- halves
     def encoder(self) -> "HFEncoder":
