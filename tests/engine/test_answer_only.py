@@ -102,3 +102,14 @@ def test_the_option_reaches_every_scorer_that_scores_answers_and_only_them():
     assert on["qa_stats"]["answer_only"] and on["grad_norms"]["answer_only"]
     assert not off["qa_stats"]["answer_only"] and not off["grad_norms"]["answer_only"]
     assert "answer_only" not in on["qa_generations"]  # a generation's prompt has no answer to score
+
+
+def test_run_json_names_the_system_prompt_only_where_the_template_added_it():
+    from evaldag.engine.results import system_prompts_added
+
+    resources = {"model": {"kind": "model", "chat_default_system_prompt": "You are a tiny helper"},
+                 "retain_model": {"kind": "model"}, "tofu_forget": {"kind": "rows"}}
+    chat = PromptTemplate.chat().model_dump()
+    assert system_prompts_added(resources, [chat]) == {"model": "You are a tiny helper"}
+    assert system_prompts_added(resources, [PromptTemplate.chat(system_prompt="Be brief.").model_dump()]) == {}
+    assert system_prompts_added(resources, [PromptTemplate.plain().model_dump()]) == {}

@@ -127,7 +127,7 @@ def test_tofu_on_the_gguf_equals_a_plain_forward_and_knows_paris(tier, plain_run
 @pytest.fixture(scope="module")
 def chat_run(tier):
     return _tofu(tier, "chat", str(tier["smollm"].folder), "--template", "chat",
-                 "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE")
+                 "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE,wf_Q_A_Prob_normalised")
 
 
 def test_chat_template_adds_its_default_system_prompt_and_generation_stops_at_eos(tier, chat_run, plain_run):
@@ -341,11 +341,10 @@ def test_the_chatml_quirks_are_said_in_one_line_for_the_gguf_and_its_folder(tier
 
 
 @pytest.fixture(scope="module")
-def answer_only_runs(tier):
+def answer_only_runs(tier, chat_run):
     """The chat template scored open-unlearning's way (the default) and with ``--answer-only``."""
-    args = ("--template", "chat", "--metrics", "forget_Q_A_Prob,wf_Q_A_Prob_normalised")
-    folder = str(tier["smollm"].folder)
-    return _tofu(tier, "chat-wf", folder, *args), _tofu(tier, "chat-wf-answer", folder, *args, "--answer-only")
+    return chat_run, _tofu(tier, "chat-answer-only", str(tier["smollm"].folder), "--template", "chat", "--metrics",
+                           "forget_Q_A_Prob,wf_Q_A_Prob_normalised", "--answer-only")
 
 
 def test_answer_only_scores_the_answers_own_tokens_and_world_facts_follow_the_model(tier, answer_only_runs):
@@ -376,7 +375,7 @@ def test_answer_only_scores_the_answers_own_tokens_and_world_facts_follow_the_mo
     assert got < default["forget_Q_A_Prob"]["value_by_index"]["0"]["avg_loss"] - 0.1
 
 
-def test_the_default_system_prompt_the_template_added_is_named_in_run_json_and_the_report(tier, answer_only_runs):
+def test_the_default_system_prompt_the_template_added_is_named_in_run_json_and_the_report(answer_only_runs, plain_run):
     smolm = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     for folder in answer_only_runs:
         prov = _json(folder / "run.json")["provenance"]
@@ -384,6 +383,5 @@ def test_the_default_system_prompt_the_template_added_is_named_in_run_json_and_t
         assert prov["resources"]["model"]["chat_default_system_prompt"] == smolm
         assert f"model: the chat template added its default system prompt to every prompt: <q>{smolm}</q>" in (
             folder / "report.html").read_text()
-    mine = _tofu(tier, "chat-own-system", str(tier["smollm"].folder), "--template", "chat", "--system-prompt",
-                 "Be brief.", "--metrics", "forget_Q_A_Prob")
-    assert "system_prompt_added" not in _json(mine / "run.json")["provenance"]
+    plain = _json(plain_run / "run.json")["provenance"]  # no chat template: nothing added (the model's fact is kept)
+    assert "system_prompt_added" not in plain and plain["resources"]["model"]["chat_default_system_prompt"] == smolm
