@@ -331,7 +331,8 @@ class Executor:
 
     def _bar(self, kind: str, total: int) -> Any:
         """Tokens done, on a terminal (progress None) or when forced (True); see engine/progress.py."""
-        return Estimating(progress_bar(total, f"evaldag {kind}", "tok", self.progress), f"evaldag: {kind}", total, self.progress)
+        return Estimating(progress_bar(total, f"evaldag {kind}", "tok", self.progress), f"evaldag: {kind}", total, self.progress,
+                          patient=kind.startswith("generate"))
 
 
 def _length(item: tuple[str, Request]) -> int:
