@@ -81,6 +81,8 @@ class RetainOptions(ModelOptions):
 
     retain_logs: str | None = None
     retain: Literal["none", "logs", "model"] = "none"
+    base_model: str | None = None  # the checkpoint --model was unlearned from (nf4_changed_fraction)
+    mia_blind_baseline: bool = False  # a model-free classifier's AUC beside the MIAs' (metrics/unlearning/blind_mia.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -321,16 +323,14 @@ def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | 
     if opts.template.apply_chat_template and not chat:
         raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                          "(use --template plain, or --template-args with the model's tags)")
-    facts = (lambda: folder_facts(folder)) if folder else (lambda: None if tokenizer is not None else header.chat_facts())
-    masking_warning(flag, path, opts, bos_eos, pad_turn, facts)
+    masking_warning(flag, path, opts, bos_eos, pad_turn, lambda: folder_facts(folder) if folder else tokenizer is None and header.chat_facts() or None)
     check_device(opts.device)
 
 
 def masking_warning(flag: str, path: str, opts: ModelOptions, bos_eos: bool, template_pad: str | None, chat: Callable) -> None:
     """One line: the chat template's tokens scored after each answer, what the reference masking hides."""
-    chat_on, ref = opts.template.apply_chat_template, opts.attention_mask == "reference"
-    tail = quirk_text(chat()) if chat_on and not opts.answer_only else None
-    if quirk := masking_quirk(ref and bos_eos, ref and chat_on and template_pad or None, tail):
+    tail = quirk_text(chat()) if opts.template.apply_chat_template and not opts.answer_only else None
+    if quirk := masking_quirk(bos_eos, opts.template.apply_chat_template and template_pad, tail, opts.attention_mask == "reference"):
         print(f"evaldag: warning: {flag} {path}: {quirk}", file=sys.stderr)
 
 

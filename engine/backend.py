@@ -165,6 +165,13 @@ class ModelAdapter:
         ``executor.served``: e.g. GradNorm's batched or one-backward-per-row rows, and why), or None."""
         return None
 
+    def share_prefixes(self, kind: str, wanted: bool) -> bool:
+        """Whether this adapter computes a context once for the requests of a batch that share it
+        (``Request.prefix``), asked once per (model, kind) group before it is packed: ``wanted`` is
+        the run's setting (``--prefix-sharing``; never under ``--deterministic``). True: the
+        executor packs each prefix's requests into the same batch. By default no adapter shares."""
+        return False
+
     def before_group(self, kind: str) -> None:
         """Called before the executor packs one (model, kind) group, in every process of the run:
         under torchrun on every rank together, a rank without a share of the group included.

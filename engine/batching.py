@@ -91,6 +91,54 @@ def pack(items: Sequence[T], length: Callable[[T], int], budget: Budget) -> list
     return batches
 
 
+def pack_by_prefix(items: Sequence[T], length: Callable[[T], int], prefix: Callable[[T], tuple | None],
+                   budget: Budget) -> list[list[T]]:
+    """:func:`pack`, except that items sharing a prefix with another item go into the same batch.
+
+    Those batches are for an adapter that forwards each distinct prefix once and the rest of
+    each item on top of it, so their cost is ``prefixes * longest prefix + items * longest
+    rest``, kept under ``budget.tokens``, and at most ``budget.max_batch`` items. A group that
+    does not fit one batch is cut into chunks, each with its prefix. Items whose prefix no
+    other item has (or None) are packed by :func:`pack` exactly as without this. The batches
+    come longest first; ties keep the input order, so the plan is deterministic.
+    """
+    groups: dict[tuple, list[T]] = {}
+    alone: list[T] = []
+    for item in items:
+        p = prefix(item)
+        if p is None:
+            alone.append(item)
+        else:
+            groups.setdefault(p, []).append(item)
+    for p in [p for p, g in groups.items() if len(g) == 1]:
+        alone.append(groups.pop(p)[0])
+    rest = lambda x: length(x) - len(prefix(x) or ())  # noqa: E731
+    chunks: list[tuple[int, list[T]]] = []  # (prefix length, items), each chunk one prefix
+    for p, group in groups.items():
+        group = order(group, rest)
+        while group:
+            n = 1
+            while n < len(group) and n + 1 <= budget.max_batch and len(p) + (n + 1) * rest(group[0]) <= budget.tokens:
+                n += 1
+            chunks.append((len(p), group[:n]))
+            group = group[n:]
+    chunks = order(chunks, lambda c: c[0] + rest(c[1][0]))
+    shared: list[list[T]] = []
+    current: list[T] = []
+    prefixes = widest = longest = 0
+    for width, chunk in chunks:
+        w, n = max(widest, width), max(longest, rest(chunk[0]))
+        if current and (len(current) + len(chunk) > budget.max_batch or (prefixes + 1) * w + (len(current) + len(chunk)) * n > budget.tokens):
+            shared.append(current)
+            current, prefixes, w, n = [], 0, width, rest(chunk[0])
+        current += chunk
+        prefixes, widest, longest = prefixes + 1, w, n
+    if current:
+        shared.append(current)
+    batches = pack(alone, length, budget) + shared
+    return order(batches, lambda b: max(length(x) for x in b))
+
+
 def halve(batch: Sequence[T]) -> list[list[T]]:
     """Split a batch that did not fit into two halves (the longer rows first)."""
     if len(batch) < 2:

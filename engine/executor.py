@@ -36,7 +36,7 @@ from .adapters.integrity import ModelChangedError
 from .answers import Backend
 from .backend import ModelAdapter, ModelResource, OutOfMemory, before_load
 from . import streaming
-from .batching import Budget, default_budget, halve, pack, padded_tokens
+from .batching import Budget, default_budget, halve, pack, pack_by_prefix, padded_tokens
 from .cache import RequestStore
 from .cache.codec import CorruptEntryWarning
 from .progress import Estimating, bar as progress_bar
@@ -103,15 +103,19 @@ class Executor:
     ``batch_tokens`` overrides the token budget per batch; ``device`` overrides the device
     whose default budget is used (otherwise the adapter's). ``deterministic`` runs every
     request alone, in a fixed order (slow; the values then do not depend on how requests
-    were batched) and keeps its results apart in the request store. ``fault`` is a test hook,
+    were batched) and keeps its results apart in the request store. ``prefix_sharing`` lets an
+    adapter that can (``ModelAdapter.share_prefixes``) compute a context shared by several
+    requests once: they are packed into one batch (``batching.pack_by_prefix``); never under
+    ``deterministic``. ``fault`` is a test hook,
     ``fault(kind, requests)``, called before every batch; it may raise (e.g.
     :class:`OutOfMemory`) to exercise the recovery paths.
     """
 
     def __init__(self, cache: RequestStore | None = None, progress: bool | None = False,
                  batch_tokens: int | None = None, device: str | None = None, fault: FaultHook | None = None,
-                 refresh: bool = False, deterministic: bool = False):
+                 refresh: bool = False, deterministic: bool = False, prefix_sharing: bool = True):
         self.cache = cache
+        self.prefix_sharing = prefix_sharing and not deterministic
         self.refresh = refresh  # ask the model for every request; the answers replace the cached ones
         self.deterministic = deterministic
         self._store_keys: dict[str, str] = {}  # model fingerprint -> its key in the request store
@@ -125,6 +129,7 @@ class Executor:
         self.stats = ExecutorStats()
         self._adapters: dict[str, ModelAdapter] = {}
         self._budgets: dict[tuple[str, str], Budget] = {}
+        self._sharing: dict[tuple[str, str], bool] = {}  # (model, kind) -> packed by shared prefix
 
     def adapter(self, model: ModelResource, fp: str | None = None) -> ModelAdapter:
         fp = fp or model.fingerprint()
@@ -245,7 +250,13 @@ class Executor:
         length = _length
         if self.deterministic:
             items = sorted(items, key=lambda x: x[0])  # a fixed order, whatever order they were asked in
-        queue = deque(self._share(pack(items, length, self._group(adapter, kind, self._budget(adapter, fp, kind))), length))
+        shares = adapter.share_prefixes(kind, self.prefix_sharing)
+        self._sharing[(fp, kind)] = shares
+        if shares:
+            packer = lambda xs, b: pack_by_prefix(xs, length, _prefix, b)  # noqa: E731
+        else:
+            packer = lambda xs, b: pack(xs, length, b)  # noqa: E731
+        queue = deque(self._share(packer(items, self._group(adapter, kind, self._budget(adapter, fp, kind))), length))
         results: dict[str, Any] = {}
         bar = self._bar(kind, sum(length(x) for b in queue for x in b))
         try:
@@ -265,7 +276,7 @@ class Executor:
                     new = Budget(max(1, min(old.tokens, cost) // 2), old.max_batch)
                     self._budgets[(fp, kind)] = new
                     rest = [x for b in queue for x in b]
-                    queue = deque([*halve(batch), *pack(rest, length, self._group(adapter, kind, new))])
+                    queue = deque([*halve(batch), *packer(rest, self._group(adapter, kind, new))])
                     continue
                 got = self._answers[fp].admit(kind, [r for _, r in batch], got)  # before anything is stored
                 self._record(adapter, kind, batch, got, st)
@@ -318,6 +329,7 @@ class Executor:
         return {"device": str(adapter.device), "dtype": adapter.dtype,
                 "batch_size": len(batch), "batch_padded_tokens": padded_tokens(batch, _length),
                 "budget_tokens": budget.tokens if budget else None, "deterministic": self.deterministic,
+                "prefix_sharing": self._sharing.get((fp, kind), False),
                 "backend": self._backends.get(fp, {})}
 
     @staticmethod
@@ -337,3 +349,7 @@ class Executor:
 
 def _length(item: tuple[str, Request]) -> int:
     return item[1].length()
+
+
+def _prefix(item: tuple[str, Request]) -> tuple[int, ...] | None:
+    return item[1].prefix()

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import transforms
+from .adapters import spec
 from .argtypes import positive_float, positive_int
 from .benchmark import Benchmark
 from .distributed import launch
@@ -91,6 +93,11 @@ def add_model_option(parser: argparse.ArgumentParser, benches: Iterable[Benchmar
                             help="run only share I (from 0) of N of the checkpoints --model names (every N-th from "
                                  "the I-th), into OUT/<name>/ as the whole sweep would: one job of an array sharing "
                                  "one --cache-dir; `evaldag report` over the shards' --out folders is the whole sweep")
+        parser.add_argument("--attack", action="append", default=None, metavar="NAME[:KEY=VALUE,...]",
+                            help="also evaluate the model as a model attack changes it (not a membership-inference "
+                                 "attack, which are metrics): e.g. quantize:nf4, quantize:int8-weight, "
+                                 "quantize:fp4,blocksize=128; repeatable; each attacked model's files in "
+                                 "OUT/attacks/<attack>/ as a plain run writes them (docs/model-attacks.md)")
 
 
 def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> None:
@@ -137,6 +144,10 @@ def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> N
     r.add_argument("--rehash", action="store_true", help="hash model files again, ignoring the cache's file-hash memo")
     r.add_argument("--deterministic", action="store_true",
                    help="run every model request alone, in a fixed order: slow, values independent of batching")
+    r.add_argument("--prefix-sharing", choices=["on", "off"], default="on",
+                   help="on (the default): requests that share a context (a question's answers, a task's options) "
+                        "go in one batch and the context is computed once, numbers within float32 rounding of "
+                        "off (docs/performance.md); off: every sequence forwarded whole; --deterministic turns it off")
     launch.add_arguments(r)
     add_model_option(r, benches)  # the one owner of --model (a sweep when repeated)
     r.add_argument("--step-of", action="append", default=[], metavar="NAME=N",
@@ -193,19 +204,36 @@ def configs(args: argparse.Namespace, benches: list[Benchmark], model: str | Non
     return [b.config_from_args(args) for b in benches]
 
 
+def check_attacked_specs(attacks: tuple, models: list[str | None]) -> None:
+    """A model attack on a ``--model`` whose backend cannot hand over its weights (``openai:``,
+    ``vllm:``, ``replay:``, ``toy:``) is refused from the spec alone, before a server is asked
+    anything; the backend's factory says whether it can (a ``derive`` method, ``transforms.py``)."""
+    if not attacks:
+        return
+    for m in models:
+        if m is not None and spec.has_scheme(m) and not spec.hands_over_weights(m):
+            raise transforms.TransformError(
+                f"--attack {attacks[0].text}: the model {m} is served by the {spec.parse(m).scheme} backend, which cannot "
+                "hand over its weights; a model attack needs a local hf: checkpoint (a folder, a hub id, a PEFT adapter)")
+
+
 def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] | None = None,
          **overrides: Any) -> Parsed:
     """The Namespace ``args`` of ``evaldag run`` as typed values; ``overrides`` replace
     RunOptions fields (the callback's ``resources``). Raises OSError / ValueError (a bad
     ``--model`` glob or file, a config that does not validate)."""
     models = model_specs(args)
+    attacks = tuple(transforms.parse(a) for a in getattr(args, "attack", None) or ())
+    check_attacked_specs(attacks, models)
     cfgs = configs(args, benches, models[0])
     options = RunOptions(
         out=Path(args.out or "evaldag-out"), cache_dir=args.cache_dir, cache_read_from=args.cache_read_from,
         init_cache=args.init_cache, lock_timeout=args.lock_timeout, refresh=args.refresh, rehash=args.rehash,
         n_jobs=args.n_jobs, batch_tokens=args.batch_tokens, deterministic=args.deterministic,
-        progress=args.progress, quiet=args.quiet, add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
-        command=tuple(command) if command is not None else None, **overrides)
+        prefix_sharing=args.prefix_sharing == "on", progress=args.progress, quiet=args.quiet,
+        add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
+        command=tuple(command) if command is not None else None,
+        attacks=attacks, **overrides)
     sweep = SweepOptions(
         models=tuple(models), shard=getattr(args, "shard", None), parallel=getattr(args, "parallel", "auto"),
         select=getattr(args, "select", None), step_of=tuple(getattr(args, "step_of", None) or ()),

@@ -63,6 +63,11 @@ class Request:
         """Tokens this request puts through the model (for sorting and budgets)."""
         raise NotImplementedError
 
+    def prefix(self) -> tuple[int, ...] | None:
+        """The leading ids an adapter may compute once for every request of a batch that shares
+        them (``ModelAdapter.share_prefixes``), or None: this kind shares nothing."""
+        return None
+
 
 def _keyed(value: Any) -> dict:
     """A dataclass field of a request as its key sees it: ``asdict``, less the fields added
@@ -93,6 +98,11 @@ class TokenStats(Request):
 
     def length(self) -> int:
         return len(self.context_ids) + len(self.continuation_ids)
+
+    def prefix(self) -> tuple[int, ...]:
+        """The context: a question's answers (TOFU's paraphrased and perturbed ones, a task's
+        options) share it."""
+        return self.context_ids
 
 
 @dataclass(frozen=True)

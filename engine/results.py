@@ -24,6 +24,7 @@ from typing import Any
 
 import networkx as nx
 
+from .adapters.chat_quirks import with_chat_facts
 from .cache import Cache, codec
 from .graph import Graph, Vertex
 from .redact import redact
@@ -314,6 +315,8 @@ def describe_resource(res: Any) -> dict:
         out.update(res.describe() if hasattr(res, "describe") else {})
     except Exception as e:  # noqa: BLE001 - provenance must never fail a finished run
         out["describe_error"] = f"{type(e).__name__}: {e}"
+    if out["kind"] == "model":
+        with_chat_facts(out, res)  # the system prompt its chat template writes when a conversation has none
     inputs = getattr(res, "inputs", None)
     if isinstance(inputs, dict):
         out["inputs"] = {k: describe_resource(r) for k, r in sorted(inputs.items())}

@@ -43,7 +43,7 @@ def run(nodes: Graph | Iterable[Any], resources: Mapping[str, Any] | ResourceSet
         cache: Cache | str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
         executor: Executor | None = None, n_jobs: int = 1, progress: bool | None = None, force: bool = False,
         batch_tokens: int | None = None, provenance: dict | None = None, deterministic: bool | None = None,
-        init_cache: bool = False, lock_timeout: float | None = None) -> RunResult:
+        init_cache: bool = False, lock_timeout: float | None = None, prefix_sharing: bool | None = None) -> RunResult:
     """Run ``nodes`` (a :class:`Graph` or configured metrics) with ``resources`` bound.
 
     ``cache`` is a :class:`Cache` or its folder (``cache_dir`` is the same, by its older
@@ -54,7 +54,10 @@ def run(nodes: Graph | Iterable[Any], resources: Mapping[str, Any] | ResourceSet
     for a failing metric (see its records), but graph errors (unknown parent, cycle,
     missing resource) raise before any work. ``provenance`` adds keys to run.json's
     provenance block. ``deterministic`` runs every model request alone, in a fixed order
-    (values independent of batching; its results are cached apart from batched ones). A
+    (values independent of batching; its results are cached apart from batched ones).
+    ``prefix_sharing`` (default on, never under ``deterministic``): requests sharing a context
+    (a question's answers) are batched together and the context computed once where the backend
+    can (docs/performance.md: the numbers move by float32 rounding). A
     cache that cannot be written (full disk) stops the run with :class:`CacheWriteError`;
     what was stored before stays valid. A non-empty folder without the cache marker is
     refused (:class:`NotACache`) unless ``init_cache``; an empty or new one becomes a cache.
@@ -64,7 +67,8 @@ def run(nodes: Graph | Iterable[Any], resources: Mapping[str, Any] | ResourceSet
     t0 = time.perf_counter()
     if cache is not None and cache_dir is not None:
         raise TypeError("run(): pass cache= or cache_dir=, not both")
-    settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic)
+    settings = _executor_settings(executor, progress=progress, batch_tokens=batch_tokens, deterministic=deterministic,
+                                  prefix_sharing=prefix_sharing)
     graph = nodes if isinstance(nodes, Graph) else Graph(nodes)
     rs = resources if isinstance(resources, ResourceSet) else ResourceSet(resources)
     served = plan(graph, rs)  # PlanError before anything is written, loaded or sent
@@ -99,7 +103,8 @@ def execute(graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, ser
         for key, backends in served.labels.items():  # run.json: which backend served each scorer
             if key in runner.records:
                 runner.records[key].backend = backends
-        execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"]}
+        execution = {"deterministic": deterministic, "batch_tokens": settings["batch_tokens"],
+                     "prefix_sharing": bool(settings.get("prefix_sharing", True)) and not deterministic}
         prov = provenance_of(rs, graph, {"execution": execution, **({"fallback_proof": proofs} if proofs else {}), **(provenance or {})})
     return RunResult(graph=graph, cache=cache, records=runner.records, loaded=runner.values,
                      executor=executor.stats.summary(), wall_seconds=time.perf_counter() - t0, provenance=prov,
@@ -109,7 +114,7 @@ def execute(graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, ser
 def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any]:
     """The executor's settings: those given (defaulted), or the executor's own when one is
     passed, refusing a given value that differs from it (one way in, no silent drop)."""
-    defaults = {"progress": False, "batch_tokens": None, "deterministic": False}
+    defaults = {"progress": False, "batch_tokens": None, "deterministic": False, "prefix_sharing": True}
     if executor is None:
         return {k: defaults[k] if v is None else v for k, v in given.items()}
     own = {k: getattr(executor, k, defaults[k]) for k in given}
@@ -117,7 +122,8 @@ def _executor_settings(executor: Executor | None, **given: Any) -> dict[str, Any
         if v is not None and v != own[k]:
             raise TypeError(f"run(): {k}={v!r} contradicts the executor given (its {k} is {own[k]!r});"
                             f" set it on the executor (Executor({k}=...)) or leave it out of run()")
-    return {"progress": bool(own["progress"]), "batch_tokens": own["batch_tokens"], "deterministic": bool(own["deterministic"])}
+    return {"progress": bool(own["progress"]), "batch_tokens": own["batch_tokens"], "deterministic": bool(own["deterministic"]),
+            "prefix_sharing": bool(own.get("prefix_sharing", True))}
 
 
 class _Runner:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -52,6 +52,7 @@ from .report import write_report_html
 from .resources import MissingResource, ResourceSet
 from .results import RunResult
 from .run import execute
+from .transforms import Transform, TransformError, derive_resources
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class RunOptions:
     built ones by name (the Trainer's in-memory model for ``model``). ``command``: run.json's
     command line; ``provenance``: more run.json provenance (a sweep's block). ``report``:
     write ``OUT/report.html`` with the set; ``label``: the name the summary line gives the run.
+    ``attacks``: model attacks (``--attack``, ``transforms.py``), each run after the plain run
+    on the models it derives, into ``OUT/attacks/<attack>/`` as a plain run writes its files;
+    ``transform``: the one model attack this run's models are derived by.
     """
 
     out: str | os.PathLike = "evaldag-out"
@@ -86,6 +90,7 @@ class RunOptions:
     n_jobs: int = 1
     batch_tokens: int | None = None
     deterministic: bool = False
+    prefix_sharing: bool = True  # a context shared by several requests computed once (off under deterministic)
     progress: bool | None = None
     quiet: bool = False
     add_metrics: tuple[str, ...] = ()
@@ -96,6 +101,8 @@ class RunOptions:
     label: str | None = None
     events: Callable[[Event], None] | None = None
     plan_only: bool = False  # count the model work, print it, run nothing (costs.py)
+    attacks: tuple[Transform, ...] = ()  # model attacks run beside the plain run: OUT/attacks/<attack>/ each
+    transform: Transform | None = None  # this run's models are the ones this transform derives (transforms.py)
 
     @property
     def out_dir(self) -> Path:
@@ -210,6 +217,8 @@ def build(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOptions) -> t
         resources.update(res)
     nodes += added_metrics(list(options.add_metrics), resources, list(zip(benches, cfgs)))
     resources.update(options.resources)
+    if options.transform is not None:  # a model attack's run: its models replaced by the derived ones
+        resources = derive_resources(resources, options.transform)
     return nodes, resources
 
 
@@ -227,6 +236,8 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
     ``group``: the torchrun job's (or a training job's) process group, None for one process.
     ``shared_only``: only the part of the graph that does not read ``model`` (a
     checkpoint-parallel sweep's first step, run by every rank), and no outputs."""
+    if options.attacks:
+        return _with_attacks(list(benches), list(cfgs), options, group, shared_only)
     held: dict[str, Any] = {}  # the cache and executor, once built
     out = options.out_dir
     try:
@@ -243,9 +254,49 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
         raise
 
 
+def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
+    """The options of ``transform``'s run beside the plain one: its own folder, ``OUT/attacks/<attack>/``."""
+    return replace(options, attacks=(), transform=transform, out=options.out_dir / "attacks" / transform.folder(),
+                   label=f"{options.label or options.out_dir} [{transform.text}]")
+
+
+def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
+    """Every model attack usable before any work: its own checks (a package, a data split), a
+    model it can derive from (a backend that cannot hand over weights is named), and a derived
+    model that serves every metric of the run (the planner's line)."""
+    folders: dict[str, str] = {}
+    for t in options.attacks:
+        if t.folder() in folders:
+            raise TransformError(f"--attack {t.text} and --attack {folders[t.folder()]} write one folder "
+                                 f"(attacks/{t.folder()}); give each model attack once")
+        folders[t.folder()] = t.text
+        t.check()
+        check_serves(benches, cfgs, attack_options(options, t))  # built and planned: nothing loaded
+
+
+def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group | None, shared_only: bool) -> Outcome:
+    """The plain run, then each model attack's run into ``OUT/attacks/<attack>/``; the worst exit code."""
+    try:
+        check_attacks(benches, cfgs, options)
+    except (ValueError, OSError, MissingResource, GraphError) as e:
+        print(error_line(e, benches), file=sys.stderr)
+        return Outcome(2, options.out_dir)
+    plain = run_benchmarks(benches, cfgs, replace(options, attacks=()), group, shared_only=shared_only)
+    if plain.code in (2, 130) or shared_only:
+        return plain
+    code = plain.code
+    for t in options.attacks:
+        attacked = run_benchmarks(benches, cfgs, attack_options(options, t), group)
+        code = max(code, attacked.code)
+        if attacked.code in (2, 130):
+            break
+    return Outcome(code, plain.out, plain.result)
+
+
 def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_only: bool, held: dict) -> int:
     out = o.out_dir
-    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic}
+    settings = {"progress": o.show_progress(), "batch_tokens": o.batch_tokens, "deterministic": o.deterministic,
+                "prefix_sharing": o.prefix_sharing}
     try:
         failed: Exception | None = None
         try:

@@ -18,6 +18,7 @@ from ...engine.benchmark import Benchmark, MetricMenu
 from ...engine.argtypes import positive_int
 from ...engine.render.report_html import RunFolder, Section
 from .. import common
+from ..base_model import add_base_model_argument
 from . import report, spec
 from .config import ALL_METRICS, CORPUS_METRICS, DEFAULT_METRICS, GROUPS, EditingConfig
 
@@ -45,8 +46,7 @@ class EditingBenchmark(Benchmark):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p, retain=False, prompt=False)  # --dtype, --device (--model: takes_model)
         g = p.add_argument_group("editing")
-        g.add_argument("--base-model", default=None, help="EDITING: the original (unedited) checkpoint: a folder, hf:DIR|ID, or "
-                       "another backend's spec (openai:URL; it shares --model's --tokenizer)")
+        add_base_model_argument(g)  # TOFU and MUSE read it too: one flag, one base_model resource
         g.add_argument("--edits", default=None, help="EDITING: edit requests (JSON/JSONL, flat or CounterFact rows); default: the shipped set")
         g.add_argument("--texts", default=None, help="EDITING: texts for perplexity (JSON/JSONL of {text} or one per line); default: the shipped set")
         g.add_argument("--edit-layers", default=None, help="EDITING: weight-delta norms on these layers only (e.g. 3,4); default: every manipulated layer")

@@ -11,12 +11,15 @@ ALL_METRICS = (
     "weight_delta_norm", "perplexity", "perplexity_base", "perplexity_change",
     "efficacy", "efficacy_base", "generalization", "generalization_base", "specificity", "specificity_base",
     "efficacy_dataset", "causal_trace", "causal_trace_mlp", "causal_trace_attn",
-    "rome_denominator", "rome_key_ood",
+    "rome_denominator", "rome_key_ood", "nf4_changed_fraction",
 )
 #: ROME's conditioning diagnostics read --corpus: `all` brings them only when one is given
 CORPUS_METRICS = ("rome_denominator", "rome_key_ood")
 #: the MLP and attention traces cost ``window``-wide restores over every cell: asked for by name
-DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m not in ("causal_trace_mlp", "causal_trace_attn", *CORPUS_METRICS))
+#: bitsandbytes' 4-bit round trip of both checkpoints (evaldag[quantize]): asked for by name
+QUANTIZE_METRICS = ("nf4_changed_fraction",)
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS
+                        if m not in ("causal_trace_mlp", "causal_trace_attn", *CORPUS_METRICS, *QUANTIZE_METRICS))
 #: words --metrics takes for several entries (distinct from every entry's own name)
 GROUPS = {
     "traces": ("causal_trace", "causal_trace_mlp", "causal_trace_attn"),

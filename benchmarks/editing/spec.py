@@ -20,6 +20,7 @@ from ...metrics.editing.efficacy import efficacy, efficacy_dataset
 from ...metrics.editing.perplexity import perplexity, perplexity_change
 from ...metrics.editing.prompts import check_edit
 from ...metrics.editing.rome_diagnostics import rome_denominator, rome_key_ood
+from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fraction
 from ...metrics.editing.weight_delta_norm import weight_delta_norm
 from .. import common
 from .config import ALL_METRICS, EditingConfig
@@ -28,7 +29,7 @@ from .rome_checks import check_rome_layers, rome_layers
 
 GROUP = "EDITING"
 BASE = {"model": "base_model"}
-READS_WEIGHTS = ("weight_delta_norm",)  # through the weight_deltas provider: both checkpoints' safetensors files
+READS_WEIGHTS = ("weight_delta_norm", "nf4_changed_fraction")  # through the weight_deltas provider: both checkpoints' safetensors files
 MAX_CONTEXT = 1024
 
 
@@ -62,6 +63,7 @@ def recipes(cfg: EditingConfig) -> dict[str, Callable[[], Node]]:
              "seed": cfg.trace_seed, "edits": cfg.trace_edits, "occurrence": cfg.trace_occurrence, "answer": cfg.trace_answer}
     return {
         "weight_delta_norm": lambda: weight_delta_norm(ord=cfg.norm, layers=cfg.layers),
+        "nf4_changed_fraction": lambda: nf4_changed_fraction(layers=cfg.layers),
         "perplexity": lambda: perplexity(**ppl),
         "perplexity_base": lambda: perplexity(bind=BASE, **ppl),
         "perplexity_change": lambda: perplexity_change(**ppl),
@@ -104,6 +106,8 @@ def preflight(cfg: EditingConfig, edits: list[dict]) -> None:
     if not cfg.model or not cfg.base_model:
         raise ValueError("editing needs --model EDITED_DIR and --base-model ORIGINAL_DIR")
     reading = [m for m in cfg.metrics if m in READS_WEIGHTS]
+    if "nf4_changed_fraction" in cfg.metrics:
+        check_quantize_extra()
     for flag, path in (("--model", cfg.model), ("--base-model", cfg.base_model)):
         if reading and local(path, flag) is None:  # the planner sees request kinds; weights are read from files
             raise ValueError(f"{', '.join(reading)} {'reads' if len(reading) == 1 else 'read'} both checkpoints' weights, "

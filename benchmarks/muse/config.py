@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..common import RetainOptions, menu_metrics
+from ..prompt_transforms import PromptTransformOptions
 from ..uncertainty import IntervalOptions
 from ..unlearning.classifier import ClassifierOptions
 
@@ -14,7 +15,7 @@ DEFAULT_METRICS = ("forget_knowmem_ROUGE", "retain_knowmem_ROUGE", "forget_verbm
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 
 
-class MuseConfig(RetainOptions, ClassifierOptions, IntervalOptions):
+class MuseConfig(RetainOptions, ClassifierOptions, IntervalOptions, PromptTransformOptions):
     """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings.
 
     ``forget_icl`` / ``retain_icl`` are the knowmem few-shot (question, answer) rows; left

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from ..common import RetainOptions, menu_metrics
+from ..prompt_transforms import PromptTransformOptions
 from ..uncertainty import IntervalOptions
 from ..unlearning.classifier import ClassifierOptions
 
@@ -21,7 +22,7 @@ DEFAULT_METRICS = (
 MIA_METRICS = ("mia_loss", "mia_zlib", "mia_min_k", "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 
 
-class TofuConfig(RetainOptions, ClassifierOptions, IntervalOptions):
+class TofuConfig(RetainOptions, ClassifierOptions, IntervalOptions, PromptTransformOptions):
     """The models and the retain side (:class:`RetainOptions`), the data and the graph's settings."""
 
     metrics: tuple[str, ...] = DEFAULT_METRICS

@@ -26,16 +26,20 @@ from ...metrics.unlearning.rouge import rouge
 from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.unlearning.truth_ratio import truth_ratio
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
+from ..prompt_transforms import resource_name
 from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
 GROUP = "TOFU"
+TRANSFORMED_SPLIT = "tofu_forget"  # the split --prompt-transform derives
 
 SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "wf": "world_facts"}
 
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
+    MIA_ROWS = ("tofu_forget", "tofu_holdout", "answer")
+    TRANSFORMED_METRIC = "forget_Q_A_ROUGE"
 
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:
@@ -65,6 +69,8 @@ class _Catalogue(Catalogue):
         r["ra_Truth_Ratio"] = lambda: self._truth_ratio("ra", "ra_Q_A_Prob", "true_better")
         r["wf_Truth_Ratio"] = lambda: self._truth_ratio("wf", "wf_Q_A_Prob", "true_better")
         r["forget_Q_A_PARA_ROUGE"] = lambda: self._rouge("forget", "paraphrased_answer")
+        for name, metric in zip(self.cfg.prompt_transforms, self.transformed_names()):  # on each derived forget set
+            r[metric] = lambda name=name: self._rouge(resource_name("forget", name), "answer")
         r["forget_Q_A_PERT_ROUGE"] = lambda: self._rouge("forget", "perturbed_answer")
         r["model_utility"] = lambda: model_utility_node(parents={p: self[p] for p in MODEL_UTILITY_PARTS})
         r["extraction_strength"] = lambda: extraction_strength_node(parents={"stats": self.stats("forget", "answer")})
@@ -113,7 +119,7 @@ def token_stats_metrics() -> tuple[str, ...]:
 
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
-    """The named top-level nodes for ``metrics`` (their parents come along)."""
+    """The named top-level nodes for ``metrics`` (their parents come along), and one ROUGE per prompt transform."""
     return _Catalogue.build(metrics, cfg)
 
 

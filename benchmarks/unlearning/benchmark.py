@@ -19,7 +19,11 @@ from typing import Any, ClassVar
 from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu, Tradeoff
 from ...engine.render.report_html import RunFolder, Section
+from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fraction
+from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
 from .. import common
+from ..base_model import add_base_model_argument, base_model_resource, check_weights_readable
+from ..prompt_transforms import add_prompt_transform_argument, derived_rows, parse, resource_name
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
@@ -38,7 +42,8 @@ class UnlearningBenchmark(Benchmark):
     spec: ClassVar[ModuleType]
     default_metrics: ClassVar[tuple[str, ...]] = ()
     mia_metrics: ClassVar[tuple[str, ...]] = ()
-    resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID"}
+    resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID",
+                      "base_model": "--base-model ORIGINAL_DIR"}
     takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
     #: forget quality (log) against model utility, the retain model marked (TOFU's figure; MUSE has neither name)
     tradeoff = Tradeoff(x="model_utility", y="forget_quality", reference="retain_model", reference_label="retain model")
@@ -50,9 +55,19 @@ class UnlearningBenchmark(Benchmark):
     # -- the command line: shared flags, then the benchmark's own
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         common.add_model_arguments(p)
+        add_base_model_argument(p)
         common.add_limit_argument(p)
+        p.add_argument("--mia-blind-baseline", action="store_true",
+                       help="TOFU, MUSE: beside the MIAs, the AUC of a model-free classifier (bag of words and length, "
+                            "cross-validated, --seed) on their member/non-member rows: mia_blind_baseline says which MIA "
+                            "does not beat it (pip install 'evaldag[sklearn]')")
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
+        try:
+            add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
+                                             "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
+        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
+            pass
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -66,6 +81,9 @@ class UnlearningBenchmark(Benchmark):
             data=common.bench_option(args, self.name, "data"),
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
             limit=getattr(args, "limit", None),
+            base_model=getattr(args, "base_model", None),
+            mia_blind_baseline=bool(getattr(args, "mia_blind_baseline", False)),
+            prompt_transforms=parse(getattr(args, "prompt_transform", None)),
             **classifier_options(args),
             **bootstrap_options(args, resamples=0, seed=0),
             **self.own_config(args),
@@ -93,11 +111,31 @@ class UnlearningBenchmark(Benchmark):
         return cfg
 
     def plan(self, cfg: Any) -> list[Node]:
-        return self.spec.nodes(cfg.metrics, cfg)
+        return self.spec.nodes(cfg.metrics, cfg) + self.weight_nodes(cfg)
+
+    def weight_nodes(self, cfg: Any) -> list[Node]:
+        """With ``--base-model``: ``nf4_changed_fraction``, the quantization attack predicted from
+        both checkpoints' weights (``metrics/editing/quantization.py``), in ``<GROUP>_EVAL.json``."""
+        if not cfg.base_model:
+            return []
+        return [nf4_changed_fraction().named("nf4_changed_fraction", self.group)]
+
+    def base_model_resource(self, cfg: Any) -> Any:
+        """``base_model`` for the weight nodes, checked first (local folders, same shapes, bitsandbytes)."""
+        check_weights_readable(cfg.model, cfg.base_model, "nf4_changed_fraction")
+        check_quantize_extra()
+        return base_model_resource(cfg.base_model, cfg.dtype, cfg.device, cfg.backend_options.get("model", {}).get("tokenizer"))
 
     def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
         """Data first (a missing folder is the first error), then the retain logs, then the models."""
+        if cfg.mia_blind_baseline and sklearn_missing():  # a stated skip: the MIAs themselves need no sklearn
+            print(f"evaldag: note: {self.group}: mia_blind_baseline skipped: scikit-learn is not installed "
+                  f"({SKLEARN_EXTRA})", file=sys.stderr)
+            cfg = cfg.model_copy(update={"mia_blind_baseline": False})
         resources = self.data_resources(cfg)
+        for name in cfg.prompt_transforms:  # derived datasets: the question split's questions rewritten
+            split = self.spec.TRANSFORMED_SPLIT
+            resources[resource_name(split, name)] = derived_rows(resources[split], name)
         # the run's prompt template (--template / --template-args), for a user's scorer to encode
         # with as the built-in scorers do: needs=("model", "data", "template")
         resources["template"] = Value(cfg.template, source="--template")
@@ -105,6 +143,8 @@ class UnlearningBenchmark(Benchmark):
             logs = self.eval_logs(cfg.retain_logs, cfg.metrics)
             resources[f"{self.group.lower()}_retain_logs"] = Value(logs.raw, kind="data", source=str(cfg.retain_logs))
         resources.update(common.model_resources(cfg))
+        if cfg.base_model:
+            resources["base_model"] = self.base_model_resource(cfg)
         classifier = classifier_resource(cfg)
         if classifier is not None:
             resources["classifier_model"] = classifier
@@ -114,7 +154,7 @@ class UnlearningBenchmark(Benchmark):
                   f"--retain-model {cfg.retain_model}", file=sys.stderr)
             resources["reference_model"] = common.hf_model(cfg.retain_model, cfg, "--retain-model")
         self._warn_tokenizers(cfg)
-        return self.spec.nodes(cfg.metrics, self.graph_config(cfg)), resources
+        return self.spec.nodes(cfg.metrics, self.graph_config(cfg)) + self.weight_nodes(cfg), resources
 
     def added_config(self, path: Any, cfg: Any, resources: dict[str, Any], added: dict[str, Node]) -> Any:
         """``--add-metric FILE.yaml``: an open-unlearning metric config whose ``# @package

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...engine import Node
+from ...metrics.unlearning.blind_mia import mia_blind_baseline
 from ...metrics.unlearning.intervals import interval_kind_for, interval_node
 from ...metrics.unlearning.retain_logs import from_logs
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
@@ -32,6 +33,10 @@ class Catalogue:
 
     GROUP = ""
     ROUGE_FIELD = "rougeL_recall"  # the ROUGE field each ROUGE metric's agg_value is the mean of
+    #: the MIAs' member and non-member rows (resources) and the text each row's attack scores
+    MIA_ROWS: tuple[str, str, str] = ("", "", "")
+    #: the generation metric each prompt transform repeats on its derived split, as ``<metric>_<transform>``
+    TRANSFORMED_METRIC = ""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -90,11 +95,25 @@ class Catalogue:
         return interval_node(kind=kind, n_resamples=c.bootstrap_resamples, seed=c.seed, confidence_level=c.confidence_level,
                              parents=parents).named(name, self.GROUP + INTERVALS)
 
+    def transformed_names(self) -> list[str]:
+        """``<TRANSFORMED_METRIC>_<name>`` for each of the config's prompt transforms."""
+        return [f"{self.TRANSFORMED_METRIC}_{t}" for t in getattr(self.cfg, "prompt_transforms", ())]
+
+    def blind_baseline(self, metrics) -> Node:
+        """``mia_blind_baseline`` on the MIAs' own rows, each MIA of ``metrics`` a parent (its AUC beside)."""
+        members, nonmembers, key = self.MIA_ROWS
+        return mia_blind_baseline(text_key=key, seed=self.cfg.seed, parents={m: self[m] for m in metrics if m.startswith("mia_")},
+                                  bind={"members": members, "nonmembers": nonmembers}).named("mia_blind_baseline", self.GROUP)
+
     @classmethod
     def build(cls, metrics, cfg) -> list[Node]:
-        """The named metrics, then (with ``bootstrap_resamples``) each one's interval in ``<GROUP>_INTERVALS``."""
+        """The named metrics (with ``mia_blind_baseline`` the blind baseline beside the MIAs), then (with
+        ``bootstrap_resamples``) each one's interval in ``<GROUP>_INTERVALS``."""
         cat = cls(cfg)
+        metrics = list(metrics) + [m for m in cat.transformed_names() if m not in metrics]
         nodes = [cat[m] for m in metrics]
+        if getattr(cfg, "mia_blind_baseline", False):
+            nodes.append(cat.blind_baseline(metrics))
         if getattr(cfg, "bootstrap_resamples", 0):
             nodes += [n for n in (cat.interval(m) for m in metrics) if n is not None]
         return nodes

@@ -170,8 +170,34 @@ def intervals_html(runs: list[RunFolder]) -> tuple[str, dict]:
     return "".join(out), covers
 
 
+def blind_baseline_html(runs: list[RunFolder]) -> str:
+    """Each MIA's AUC beside its blind baseline's (``mia_blind_baseline``), and whether it beats it."""
+    out = []
+    for r in runs:
+        for group, evals in sorted(r.evals.items()):
+            b = evals.get("mia_blind_baseline")
+            if not isinstance(b, dict):
+                continue
+            blind, aucs = b.get("agg_value"), b.get("mia_auc") or {}
+            beaten = set(b.get("beaten_by") or ())
+            rows = "".join(f"<tr><td>{escape(n)}</td><td>{_num(a)}</td><td>{_num(blind)}</td>"
+                           f"<td class=\"{'' if n in beaten else 'ed-warn'}\">{'beats it' if n in beaten else 'does not beat it'}</td></tr>"
+                           for n, a in sorted(aucs.items()))
+            out.append(f"<h3>{escape(r.title)} · {escape(group)}</h3>"
+                       f'<p class="ed-muted">A model-free classifier ({escape(str(b.get("features")))}, {escape(str(b.get("folds")))}-fold '
+                       f"cross-validated, seed {escape(str(b.get('seed')))}) separates the same {escape(str(b.get('members')))} members "
+                       f"and {escape(str(b.get('nonmembers')))} non-members with AUC {_num(blind)}. An MIA that does not beat it "
+                       "measures the split's distribution shift, not the model's memory.</p>"
+                       + ('<table class="ed-table"><thead><tr><th>attack</th><th>AUC</th><th>blind AUC</th><th></th></tr></thead>'
+                          f"<tbody>{rows}</tbody></table>" if rows else ""))
+    return "".join(out)
+
+
 def report_sections(runs: list[RunFolder]) -> list[Section]:
     sections = [Section("Plots", plots_html(runs), order=30, id="plots")]
+    blind = blind_baseline_html(runs)
+    if blind:
+        sections.append(Section("Blind MIA baseline", blind, order=31, id="blind-mia"))
     ivs, covers = intervals_html(runs)
     if ivs:
         sections.append(Section("Intervals", ivs, order=20, id="intervals", covers=covers,

@@ -11,6 +11,7 @@ from .base import Encoded, Encoder, ModelAdapter, ModelResource, OutOfMemory, Pr
 from .hf import HFAdapter, HFEncoder, HFModel
 from . import hf_peft  # noqa: F401 - registers HFPeftModel: HFModel(ADAPTER_DIR) is an adapter over its base
 from . import hf_gguf  # noqa: F401 - registers HFGGUFModel: HFModel(FILE.gguf) is dequantized by transformers
+from . import hf_derived  # noqa: F401 - registers HFModel.derive's maker: a model a transform derives
 
 __all__ = [
     "Encoded", "Encoder", "ModelAdapter", "ModelResource", "OutOfMemory", "PromptTemplate",

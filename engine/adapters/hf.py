@@ -29,7 +29,6 @@ from typing import Any
 from ..backend import Capabilities, Identity, ModelResource
 from ..cache.aliases import resolve as resolve_alias  # a folder the Trainer saved: its in-memory fingerprint
 from ..cache.filehash import file_sha256
-from .chat_quirks import with_chat_facts
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
 from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
@@ -37,13 +36,10 @@ from .integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_voca
 from .hf_pad import dedicated_pad_files as _dedicated_pad_files, dedicated_pad_object as _dedicated_pad_object
 from .placement import check_device_map, placement, placement_kwargs, whole_weights
 
-# Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
-
 __all__ = ["HFModel", "HFEncoder", "HFAdapter"]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DEVICES = ("auto", "cuda", "mps", "cpu")
-
 
 #: what a model with weights split over ranks serves: kinds whose every forward pass goes
 #: through the root module (paired over the ranks by distributed/lockstep.py), none backward
@@ -52,6 +48,7 @@ SHARDED_KINDS = frozenset({"token_stats", "generate", "hidden_states"})
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_CLASS: list[type] = []  # hf_peft.HFPeftModel, registered when the adapters package is imported
 GGUF_CLASS: list[type] = []  # hf_gguf.HFGGUFModel, registered likewise
+DERIVE: list = []  # hf_derived.derive, registered likewise
 
 
 def is_adapter_dir(path: Any) -> bool:
@@ -141,8 +138,7 @@ class HFModel(ModelResource):
         _check_mask_mode(attention_mask)
         self = cls.__new__(cls)
         self.device_map = self.max_memory = self.offload_folder = None
-        self.path, self.is_dir, self.name = name, False, name
-        self.attention_mask = attention_mask
+        self.path, self.is_dir, self.name, self.attention_mask = name, False, name, attention_mask
         self.dtype = str(model.dtype).replace("torch.", "")
         self.device, self.attn_implementation = str(model.device.type), None
         _ensure_pad(tokenizer)
@@ -272,7 +268,7 @@ class HFModel(ModelResource):
             out.update(loaded_dtype=str(model.dtype).replace("torch.", ""), loaded_device=str(model.device))
         if self.device_map is not None:
             out["device_map"] = placement(self._adapter.model) if self._adapter is not None else self.device_map
-        return with_chat_facts(out, self)
+        return out
 
     # -- halves
     def encoder(self) -> "HFEncoder":
@@ -320,6 +316,10 @@ class HFModel(ModelResource):
         _check_rows(self.path, model, self.encoder().tokenizer)
         self._adapter = HFAdapter(model, self.encoder().tokenizer, attention_mask=self.attention_mask)
         return self._adapter
+
+    def derive(self, transform: Any, role: str = "model") -> "HFModel":
+        """This model as ``transform`` changes it: a lazy model of its own (hf_derived.py, transforms.py)."""
+        return DERIVE[0](self, transform, role)
 
     def verify_unchanged(self) -> None:
         """Raise :class:`ModelChangedError` when a fingerprinted file was written, replaced,

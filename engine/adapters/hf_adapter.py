@@ -29,6 +29,7 @@ import numpy as np
 from ..requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
 from ..backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
+from . import hf_prefix
 
 # Heavy imports (torch) happen inside the functions that use them: a warm rerun never pays for them.
 # Rows of [rows, vocab] float32 per step of the statistics kernel (256 x 128k vocab = 128 MB).
@@ -73,6 +74,7 @@ class HFAdapter(ModelAdapter):
         self._lean: bool | None = None  # whether the lean decode loop serves this model
         self._root_only = False  # weights split over ranks: see root_forward_only
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
+        self.prefixes = hf_prefix.PrefixSharing()  # token statistics' shared contexts: on or off, and the account
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
@@ -141,9 +143,17 @@ class HFAdapter(ModelAdapter):
         return {"free_bytes": int(free), "bytes_per_token": int(per_token)}
 
     def served(self, kind: str) -> dict | None:
-        """A plugin kind's account of how it served its rows (``Handlers.add(..., served=)``)."""
+        """A plugin kind's account of how it served its rows (``Handlers.add(..., served=)``); for
+        token statistics, whether contexts were shared (hf_prefix) and how much that saved."""
         fn = self.handlers.served(kind)
-        return fn(self) if fn is not None else None
+        if fn is not None:
+            return fn(self)
+        return self.prefixes.account() if kind == "token_stats" else None
+
+    def share_prefixes(self, kind: str, wanted: bool) -> bool:
+        """Token statistics share a batch's repeated contexts (hf_prefix) when ``wanted`` and the
+        model's cache allows it; the executor then packs each context's requests together."""
+        return kind == "token_stats" and not self._root_only and self.prefixes.decide(self.model, wanted)
 
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
@@ -268,6 +278,8 @@ class HFAdapter(ModelAdapter):
 
         if any(not r.context_ids for r in reqs):
             raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
+        if self.prefixes.on and self.padding_side is None and hf_prefix.repeated(reqs):
+            return hf_prefix.shared_token_stats(self, reqs, _stats_kernel)
         side = self.padding_side or TokenStats.padding_side
         ids, mask, pos, starts = self.pad([r.context_ids + r.continuation_ids for r in reqs], side)
         b_idx, t_idx, tgt = [], [], []

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..cache.filehash import file_sha256
-from .chat_quirks import facts, folder_facts, vocab_counter, with_chat_facts
+from .chat_quirks import facts, folder_facts, vocab_counter
 from .hf import DTYPES, GGUF_CLASS, HFModel, _check_rows, _digest, _ensure_pad, _resolve_device
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
@@ -270,7 +270,7 @@ class HFGGUFModel(HFModel):
         if self._adapter is not None:
             model = self._adapter.model
             out.update(loaded_dtype=str(model.dtype).replace("torch.", ""), loaded_device=str(model.device))
-        return with_chat_facts(out, self)
+        return out
 
     def chat_facts(self) -> Any:
         if self.tokenizer_source:

@@ -90,12 +90,15 @@ def _special_and_template(root: Path) -> tuple[dict[str, set[str]], str]:
     return found, "\n".join(template)
 
 
-def masking_quirk(bos_eos: bool, template_pad: str | None, tail: str | None = None) -> str | None:
+def masking_quirk(bos_eos: bool, template_pad: str | None, tail: str | None = None, reference: bool = True) -> str | None:
     """The warning's text when open-unlearning's scoring counts what is not the model's answer:
     ``tail``, the chat template's tokens scored with each answer (``chat_quirks.quirk_text``),
-    and the ``ids != pad`` masking that hides real tokens (a pad (eos) token the chat template
-    writes inside the prompt, or bos = eos with no pad token); None when neither applies."""
-    if template_pad:
+    and, under the ``reference`` masking (``ids != pad``), the real tokens it hides (a pad (eos)
+    token the chat template writes inside the prompt, or bos = eos with no pad token); None when
+    neither applies."""
+    if not reference:
+        quirk = None
+    elif template_pad:
         quirk = (f"the pad token {template_pad} (pad = eos) is also written by the chat template at each turn's "
                  f"end, so the default masking hides every {template_pad} of the prompt from attention")
     elif bos_eos:

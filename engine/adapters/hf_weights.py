@@ -149,6 +149,13 @@ class WeightDeltas:
             self._zero[name] = dtype
         return d
 
+    def pair(self, name: str) -> tuple[Any, Any]:
+        """``(original, edited)`` tensors of ``name`` as stored (their dtype), read now and not
+        kept: for a metric that transforms each side before comparing (a quantization round trip)."""
+        if name not in self.param_names:
+            raise KeyError(f"no parameter {name!r} in both models")
+        return self.original.get(name), self.edited.get(name)
+
     def layer_params(self, layer: int) -> list[str]:
         self.check_layer(layer)
         return [n for n in self.param_names if self.names.layer_of(n) == layer]

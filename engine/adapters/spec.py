@@ -104,6 +104,15 @@ def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
         raise
 
 
+def hands_over_weights(text: str) -> bool:
+    """Whether the backend ``text`` names can give a model transform its weights (its factory
+    has ``derive``: ``hf``), known from the spec alone; an unknown scheme counts as yes (its
+    own line comes when it is resolved)."""
+    parsed = parse(text)
+    factory = _factory(parsed.scheme)
+    return factory is None or hasattr(factory, "derive")
+
+
 def flag_word(qualifier: str) -> str:
     """The command-line word of a factory keyword: ``served_model`` -> ``served-model``,
     ``model_args`` -> ``model-arg`` (one pair per flag)."""

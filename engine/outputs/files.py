@@ -54,6 +54,10 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+#: a Result's ``extra`` key whose sentence the SUMMARY shows under ``notes``, beside the numbers
+SUMMARY_NOTE = "summary_note"
+
+
 def summary_with_reasons(summary: dict[str, Any], evals: dict[str, Any]) -> dict[str, Any]:
     """A SUMMARY's missing value (NaN: no number) as ``{"value": null, "reason": ...}`` when its
     Result says why, else ``null``; every number stays a number, open-unlearning's shape."""
@@ -149,6 +153,9 @@ def _write_files(result: RunResult, out: Path, bench: str | None, benchmarks: Se
         served = {n: redact(b) for n, b in result.served_by(g).items() if n in summary}
         if served:  # a --fallback ran: which backend gave each headline number (numbers stay numbers)
             summary["served_by"] = served
+        notes = {n: r.extra[SUMMARY_NOTE] for n, r in evals.items() if n in summary and r.extra.get(SUMMARY_NOTE)}
+        if notes:  # a metric's own sentence on its number (mia_blind_baseline: which MIA does not beat it)
+            summary["notes"] = notes
         _dump(out / f"{name}_SUMMARY.json", summary)
         written += [out / f"{name}_EVAL.json", out / f"{name}_SUMMARY.json"]
     _dump(out / "run.json", run_json(result, benchmarks, refresh))

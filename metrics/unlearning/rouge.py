@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from ...engine import Params, Result, metric
 from ...engine.adapters.base import PromptTemplate
 from .blocks import index_keys, mean_of_field, with_reason
-from .scoring import qa_generations
+from .scoring import prefill_ids, qa_generations
 
 ROUGE_FIELDS = ("rouge1_recall", "rougeL_f1", "rougeL_recall")
 MUSE_STOPWORDS = ("\n\n", "\nQuestion", "Question:")  # configs/eval/muse_metrics/*knowmem_ROUGE.yaml
@@ -150,6 +150,8 @@ def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Resul
     items = []
     for row, prompt_ids, text in zip(data, gen["prompt_ids"], gen["generations"]):
         inp = _decode(enc, prompt_ids)
+        pre = prefill_ids(enc, row)  # a prefilled assistant turn: the gold answer follows the prompt without it
+        unfilled = _decode(enc, prompt_ids[: len(prompt_ids) - len(pre)]) if pre else inp
         generation = clean_generation(text, eos_text, params.stopwords)
         answers = row[params.field]
         many = isinstance(answers, (list, tuple))
@@ -162,7 +164,7 @@ def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Resul
             else:
                 e = enc.encode_qa(row[params.question_key], ans, params.template, fewshot=params.fewshot, max_length=params.max_length)
                 labels = e.context_ids + e.continuation_ids
-            gts.append(clean_ground_truth(_decode(enc, labels), inp))
+            gts.append(clean_ground_truth(_decode(enc, labels), unfilled))
             cut += e.truncated  # the ground truth is decoded from the cut labels
         item = rouge_options_item(inp, gts, generation) if many else rouge_item(inp, gts[0], generation)
         if cut > 0:  # only cut items get the key, so other outputs stay as open-unlearning's

@@ -159,12 +159,24 @@ class GenParams(Params):
     max_length: int = 512
 
 
+#: a row field that starts the assistant's turn (a prompt transform's, e.g. ``jailbreak_prefix``): generation
+#: continues after it, and ROUGE's ground truth is what follows it. Rows without it are prompted as before.
+PREFILL_KEY = "assistant_prefill"
+
+
+def prefill_ids(enc: Any, row: dict) -> tuple[int, ...]:
+    """The ids of ``row``'s assistant prefill (tokenized alone, no special tokens); () when it has none."""
+    text = row.get(PREFILL_KEY)
+    return tuple(enc.encode(text, add_special_tokens=False)) if text else ()
+
+
 @metric("qa_generations", version="1", params=GenParams, needs=("model", "data"), requests={"model": {"generate": ()}})
 def qa_generations(model: Any, data: list[dict], params: GenParams):
     """One greedy generation per question prompt, whatever the number of metrics reading it."""
     enc = model.encoder()
     # the prompt does not depend on the answer; pass an empty one
-    prompts = [enc.encode_qa(row[params.question_key], "", params.template, fewshot=params.fewshot, max_length=params.max_length).prompt_ids for row in data]
+    prompts = [tuple(enc.encode_qa(row[params.question_key], "", params.template, fewshot=params.fewshot, max_length=params.max_length).prompt_ids)
+               + prefill_ids(enc, row) for row in data]
     return (yield from _generate(prompts, params.max_new_tokens, params.stop_strings))
 
 

@@ -200,7 +200,8 @@ def test_request_results_are_keyed_by_device_and_execution_mode(tmp_path):
     alone = run(nodes(), {"model": ToyModel(), "data": [{"t": "abc"}]}, cache_dir=tmp_path, deterministic=True)
     assert alone.record("s").status == "computed" and alone.record("s").fingerprint != batched.record("s").fingerprint
     assert alone.executor["batches"] == alone.executor["sequences_forwarded"]
-    assert json.loads(json.dumps(alone.provenance["execution"])) == {"deterministic": True, "batch_tokens": None}
+    assert json.loads(json.dumps(alone.provenance["execution"])) == {"deterministic": True, "batch_tokens": None,
+                                                                         "prefix_sharing": False}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert run(nodes(), {"model": ToyModel(), "data": [{"t": "abc"}]}, cache_dir=tmp_path, deterministic=True).record("s").status == "cached"

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from ..inprocess import run_cli
 
 
-def _evaldag(*args, check=True):
-    return subprocess.run([EVALDAG, *map(str, args)], capture_output=True, text=True, check=check)
+def _evaldag(*args, check=True) -> subprocess.CompletedProcess:
+    """The command in the test's process (``check``: a non-zero exit fails, as ``subprocess.run(check=True)``)."""
+    done = run_cli(list(args))
+    if check:
+        done.check_returncode()
+    return done
 
 
 @pytest.fixture(scope="module")

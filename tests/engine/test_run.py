@@ -237,7 +237,8 @@ def test_one_way_in_for_the_cache_and_the_executors_settings(tmp_path):
         assert str(e.value).startswith(f"run(): {said} contradicts the executor given") and "Executor(" in str(e.value)
     assert CALLS == {}  # refused before any work
     res = run(graph(), data, cache=tmp_path, executor=ex, batch_tokens=64, progress=False)
-    assert res.ok and res.provenance["execution"] == {"deterministic": False, "batch_tokens": 64}
+    assert res.ok and res.provenance["execution"] == {"deterministic": False, "batch_tokens": 64,
+                                                                  "prefix_sharing": True}
     scored = lambda: ([r_nll(name="n")], {"model": ToyModel(seed=1), "data": ROWS})  # noqa: E731
     det = run(*scored(), cache=tmp_path, executor=Executor(deterministic=True))
     assert det.provenance["execution"]["deterministic"] is True

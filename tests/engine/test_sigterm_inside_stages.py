@@ -36,7 +36,7 @@ def test_sigterm_inside_a_long_stage(tmp_path, stage):
     patch, metric = SLOW[stage]
     marker = tmp_path / "inside"
     prelude = (f"import sys, time\nfrom pathlib import Path\n"
-               f"def mark():\n    Path({str(marker)!r}).touch()\n" + patch)
+               f"def mark():\n    with open({str(marker)!r}, 'a') as f: f.write(repr(time.time()) + '\\n')\n" + patch)
     code = prelude + "from evaldag.engine.cli import main\nraise SystemExit(main(sys.argv[1:]))"
     out, cache = tmp_path / "out", tmp_path / "cache"
     cmd = [sys.executable, "-c", code, "run", "tofu", "--model", str(FIX / "tiny-llama" / "target"),
@@ -52,14 +52,16 @@ def test_sigterm_inside_a_long_stage(tmp_path, stage):
     sent = time.time()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
-    waited = time.time() - sent
+    after = [float(t) for t in marker.read_text().split() if float(t) > sent]
     assert p.returncode == 143, err[-2000:]
     # stopped before any output: what it kept is in the cache, said as Ctrl-C says it (no "previous outputs")
     (line,) = err.strip().splitlines()
     m = re.fullmatch(r"evaldag: interrupted \(SIGTERM\): (\d+) nodes and (\d+) model results kept; rerun to resume", line)
     assert m and int(m[1]) >= 1 and int(m[2]) >= 40, line
     assert not out.exists()
-    assert waited < 10, waited
+    # at most the slowed step in flight and one more began after the signal (a step sleeps 0.5 s): counted,
+    # not timed, so a loaded machine cannot fail it; without the stop the stage runs hundreds more
+    assert len(after) <= 2, (len(after), marker.read_text().count("\n"))
     assert not list((cache / "locks").glob("*.lock")) if (cache / "locks").exists() else True
     # the cheap kinds of the stage were served first and stored at once: the forget answers'
     # token statistics (40 rows) are in the request store, for the next run to read

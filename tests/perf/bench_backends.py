@@ -2,6 +2,7 @@
 
 Run: python tests/perf/bench_backends.py [--vllm-python PY] [--gpu] [--rows N] [--new-tokens N]
          [--skip-server] [--skip-tofu] [--only-tofu BACKEND] [--open-unlearning-seconds S] [--workdir DIR]
+         [--model FOLDER] [--only-backends hf,vllm]
 
 Two workloads from bench_tofu_scale.py's TOFU-size data (forget10 size, a random Llama whose
 greedy generations never meet an eos, so every row runs all its new tokens):
@@ -18,6 +19,13 @@ for what vLLM and a server cannot compute) against open-unlearning's time
 (tests/perf/open_unlearning/; the issue's 315 s unless ``--open-unlearning-seconds``).
 ``--only-tofu BACKEND`` runs just that backend's whole run (no per-kind workers): one row
 can be measured alone when the whole script would not fit a time limit.
+
+``--model FOLDER``: the real-model row, that checkpoint (SmolLM2-135M-Instruct's fp32
+folder: tests/realmodel.py) on the TOFU-format fixture (at most 40 rows a split; its
+generations stop at eos, so the new tokens are fewer than asked). Every worker prints CPU
+seconds beside wall seconds: the worker process's own for each kind (``time.process_time``;
+vLLM's engine core runs in a process of its own, so for ``vllm:`` only the whole worker's
+CPU seconds, children included, count it).
 
 CPU (default): the 4-layer 256-wide Llama in fp32; on CPU vLLM is a correctness check, not
 a speed lever. ``--gpu``: a random Llama with a 1B-size config (Llama-3.2-1B's shapes) in
@@ -84,11 +92,11 @@ def worker(backend: str, spec: str, reqs_file: Path, out_file: Path, dtype: str,
     work = {"token_stats": [TokenStats(tuple(c), tuple(x)) for c, x in w["token_stats"]],
             "generate": [Generate(tuple(p), settings) for p in w["generate"]]}
     for kind, reqs in work.items():
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         got = Executor().serve([(model, r) for r in reqs])
-        secs = time.perf_counter() - t
+        secs, cpu = time.perf_counter() - t, time.process_time() - c
         tokens = sum(len(g.token_ids) for g in got) if kind == "generate" else sum(r.length() for r in reqs)
-        out[kind] = {"seconds": secs, "rows": len(reqs), "tokens": tokens}
+        out[kind] = {"seconds": secs, "cpu_seconds": cpu, "rows": len(reqs), "tokens": tokens}
     if backend == "vllm":  # the anchor: raw LLM.generate on the same prompts, same engine, same settings
         from vllm import SamplingParams
 
@@ -108,8 +116,14 @@ def run_worker(py: str, backend: str, spec: str, tmp: Path, dtype: str, *extra: 
     out = tmp / f"worker-{backend}.json"
     argv = [py, __file__, "--worker", backend, "--spec", spec, "--requests", str(tmp / "requests.json"),
             "--worker-out", str(out), "--dtype", dtype, *extra]
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(argv, check=True)
-    return json.loads(out.read_text())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = json.loads(out.read_text())
+    got["worker_cpu_seconds"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return got
 
 
 def evaldag_run(py: str, model: str, data: Path, out: Path, cache: Path, *extra: str) -> tuple[float, dict]:
@@ -127,7 +141,7 @@ def evaldag_run(py: str, model: str, data: Path, out: Path, cache: Path, *extra:
 
 def table(results: dict) -> list[str]:
     base = {k: results["hf"][k]["tokens"] / results["hf"][k]["seconds"] for k in ("generate", "token_stats")}
-    lines = [f"  {'backend':<9}{'kind':<13}{'start s':>8}{'seconds':>9}{'rows':>6}{'tokens':>9}{'tok/s':>9}{'x hf':>7}"]
+    lines = [f"  {'backend':<9}{'kind':<13}{'start s':>8}{'seconds':>9}{'CPU s':>8}{'rows':>6}{'tokens':>9}{'tok/s':>9}{'x hf':>7}"]
     for name, r in results.items():
         for kind in ("generate", "token_stats", "raw_generate"):
             if kind not in r:
@@ -135,8 +149,9 @@ def table(results: dict) -> list[str]:
             s = r[kind]
             tps = s["tokens"] / s["seconds"] if s["seconds"] else 0.0
             ratio = tps / base.get(kind, base["generate"])
-            lines.append(f"  {name:<9}{kind:<13}{r['start_seconds']:>8.1f}{s['seconds']:>9.1f}{s['rows']:>6d}"
-                         f"{s['tokens']:>9d}{tps:>9.0f}{ratio:>7.2f}")
+            lines.append(f"  {name:<9}{kind:<13}{r['start_seconds']:>8.1f}{s['seconds']:>9.1f}{s.get('cpu_seconds', 0.0):>8.1f}"
+                         f"{s['rows']:>6d}{s['tokens']:>9d}{tps:>9.0f}{ratio:>7.2f}")
+        lines.append(f"  {name:<9}whole worker CPU s (start-up and children included): {r.get('worker_cpu_seconds', 0.0):.1f}")
     if "vllm" in results and "raw_generate" in results["vllm"]:
         v = results["vllm"]
         share = (v["generate"]["tokens"] / v["generate"]["seconds"]) / (v["raw_generate"]["tokens"] / v["raw_generate"]["seconds"])
@@ -156,6 +171,8 @@ def main() -> None:
                     help="only this backend's whole `evaldag run tofu` (no per-kind workers, no table)")
     ap.add_argument("--open-unlearning-seconds", type=float, default=None)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--model", default=None, metavar="FOLDER", help="the real-model row: this checkpoint on the TOFU fixture")
+    ap.add_argument("--only-backends", default="hf,vllm", help="the per-kind workers to run (hf always)")
     # worker mode (internal)
     ap.add_argument("--worker", default=None)
     ap.add_argument("--spec", default=None)
@@ -182,21 +199,26 @@ def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(args.workdir) if args.workdir else Path(t)
         tmp.mkdir(parents=True, exist_ok=True)
-        data = tmp / "data"
-        write_data(data)
         shape = ONE_B if args.gpu else SMALL
-        model = random_llama(tmp / ("random-1b" if args.gpu else "random-4x256"), shape, "bfloat16" if args.gpu else "float32")
+        if args.model:  # the real-model row: the checkpoint on the TOFU-format fixture
+            data, model = REPO / "tests" / "fixtures" / "tofu_tiny", Path(args.model)
+            args.rows = min(args.rows, 40)
+        else:
+            data = tmp / "data"
+            write_data(data)
+            model = random_llama(tmp / ("random-1b" if args.gpu else "random-4x256"), shape, "bfloat16" if args.gpu else "float32")
         (tmp / "requests.json").write_text(json.dumps(requests(model, data, args.rows, args.new_tokens, dtype)))
         where = "GPU" if args.gpu else "CPU"
-        print(f"{where}: random Llama {shape['num_hidden_layers']} layers x {shape['hidden_size']} (head_dim "
-              f"{shape['hidden_size'] // shape['num_attention_heads']}), {dtype}; {args.rows} rows per split, "
-              f"{args.new_tokens} new tokens; {load()}")
+        what = (f"{model.name}" if args.model else f"random Llama {shape['num_hidden_layers']} layers x "
+                f"{shape['hidden_size']} (head_dim {shape['hidden_size'] // shape['num_attention_heads']})")
+        print(f"{where}: {what}, {dtype}; {args.rows} rows per split, {args.new_tokens} new tokens; {load()}")
         mlen = "1024" if not args.gpu else "2048"
         only = args.only_tofu
         results = {}
         if not only:
             results["hf"] = run_worker(sys.executable, "hf", f"hf:{model}", tmp, dtype)
-            results["vllm"] = run_worker(args.vllm_python, "vllm", f"vllm:{model}", tmp, dtype, "--max-model-len", mlen)
+            if "vllm" in args.only_backends.split(","):
+                results["vllm"] = run_worker(args.vllm_python, "vllm", f"vllm:{model}", tmp, dtype, "--max-model-len", mlen)
         srv = None
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so `finally` runs
         try:

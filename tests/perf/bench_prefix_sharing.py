@@ -1,5 +1,6 @@
-"""Shared prompt prefixes for truth-ratio scoring: is the question's KV, computed once and
-reused for its 7 answers, faster than scoring 7 full sequences, and are the log-probs equal?
+"""Shared question prefixes (on by default): the executor's token statistics with the
+question's KV computed once for its answers (``--prefix-sharing on``), against every
+sequence forwarded whole (``--prefix-sharing off``): speed, and what it does to the numbers.
 
 Run: python tests/perf/bench_prefix_sharing.py [--groups 400] [--repeat 2] [--model PATH --template chat]
 
@@ -10,17 +11,23 @@ open-unlearning does (prompt and answer apart). Two models: the trained tiny fix
 your own (SmolLM2-135M-Instruct: bench_floor's docstring), ``--template chat`` its chat
 template.
 
-* plain: HFAdapter.run_batch on TokenStats, packed longest first under the CPU budget
-  (what the executor does today; right padding).
-* shared: per batch of questions, one left-padded forward of the questions into a KV
-  cache, the cache rows repeated for each answer, then one forward of the answers
-  (right padded) on top of it, with position ids continuing each question's.
+* plain: ``Executor(prefix_sharing=False)``: packed longest first under the CPU budget,
+  right padded, every sequence whole.
+* shared: ``Executor()`` (the default): each question's answers packed into one batch
+  (batching.pack_by_prefix), the distinct questions forwarded once, left padded, into a
+  KV cache, the answers on top of it (adapters/hf_prefix.py).
 
-Prints CPU and wall seconds (median of --repeat), tokens forwarded, the largest log-prob
-difference between the two, and what that does to the metrics computed from them: the
-largest relative change of a row's probability (exp of the mean log-prob, as
-``*_Q_A_Prob``) and of a question's truth ratio, against the golden outputs' tolerance
-(2e-5 relative, tests/fidelity/test_golden_outputs.py).
+``--tofu-run FOLDER [--limit N]``: instead, the whole ``evaldag run tofu`` (bench_floor's
+metrics) on that model twice in this process, ``--prefix-sharing off`` then on, each with a
+fresh cache after a discarded warm-up run: CPU seconds by request kind and for the whole
+run, and per TOFU metric the largest relative change of any number of its TOFU_EVAL entry
+and of its summary value.
+
+Prints CPU and wall seconds (median of --repeat; a fresh executor each time, no request
+store), tokens forwarded, the largest log-prob difference between the two, and what that
+does to the metrics computed from them: the largest relative change of a row's probability
+(exp of the mean log-prob, as ``*_Q_A_Prob``) and of a question's truth ratio, against the
+golden outputs' tolerance (2e-5 relative, tests/fidelity/test_golden_outputs.py).
 """
 
 from __future__ import annotations
@@ -39,61 +46,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tofu_scale import FIX, SMALL, random_llama, write_data  # noqa: E402 - after sys.path
-
-from evaldag.engine.adapters.hf_adapter import STATS_CHUNK_ROWS, _stats_kernel  # noqa: E402
-from evaldag.engine.adapters.hf_generation import forward_params  # noqa: E402
-
-QUESTIONS_PER_BATCH = 8  # x 7 answers = 56 rows per answer forward
-
-
-def shared_prefix_logprobs(adapter, groups):
-    """groups: [(context_ids, [continuation_ids, ...])] -> per group, per answer, float32 log-probs."""
-    import numpy as np
-    import torch
-    from transformers import DynamicCache
-
-    model, pad, masked = adapter.model, adapter.pad_id, adapter.masked_id
-    ctx = [c for c, _ in groups]
-    wc = max(map(len, ctx))
-    ids = torch.full((len(ctx), wc), pad, dtype=torch.long)
-    real = torch.zeros((len(ctx), wc), dtype=torch.long)
-    for g, c in enumerate(ctx):
-        ids[g, wc - len(c):] = torch.tensor(c)
-        real[g, wc - len(c):] = 1
-    pos = (real.cumsum(-1) - 1).clamp(min=0)
-    mask = real * (ids != masked).long() if masked is not None else real
-    cache = DynamicCache(config=model.config)
-    arg = "cache" if "cache" in forward_params(model) else "past_key_values"  # renamed in transformers 5.24
-    with torch.inference_mode():
-        first = model(input_ids=ids, attention_mask=mask, position_ids=pos, **{arg: cache},
-                      use_cache=True, logits_to_keep=1).logits[:, -1].float()
-        rows = [(g, a) for g, (_, answers) in enumerate(groups) for a in answers]
-        idx = torch.tensor([g for g, _ in rows])
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys.index_select(0, idx), layer.values.index_select(0, idx)
-        wa = max(len(a) for _, a in rows) - 1  # the last answer token predicts nothing we need
-        out = []
-        if wa > 0:
-            aid = torch.full((len(rows), wa), pad, dtype=torch.long)
-            areal = torch.zeros((len(rows), wa), dtype=torch.long)
-            for r, (_, a) in enumerate(rows):
-                aid[r, : len(a) - 1] = torch.tensor(a[:-1])
-                areal[r, : len(a) - 1] = 1
-            amask = areal * (aid != masked).long() if masked is not None else areal
-            apos = torch.tensor([len(ctx[g]) for g, _ in rows])[:, None] + torch.arange(wa)[None]
-            logits = model(input_ids=aid, attention_mask=torch.cat([mask[idx], amask], 1), position_ids=apos,
-                           **{arg: cache}, use_cache=True).logits.float()
-        # the same per-token statistics as TokenStats (log p, argmax, mu, var), not log p alone
-        scored = torch.cat([torch.cat([first[g][None], logits[r, : len(a) - 1]]) if wa > 0 else first[g][None]
-                            for r, (g, a) in enumerate(rows)])
-        target = torch.tensor([t for _, a in rows for t in a])
-        lp = torch.cat([_stats_kernel(scored[c : c + STATS_CHUNK_ROWS], target[c : c + STATS_CHUNK_ROWS])[0]
-                        for c in range(0, len(target), STATS_CHUNK_ROWS)]).numpy()
-        at = 0
-        for _, a in rows:
-            out.append(lp[at : at + len(a)].astype(np.float32))
-            at += len(a)
-    return out, len(ctx) * wc + len(rows) * wa
 
 
 def metric_drift(reqs, got, shared, groups) -> str:
@@ -114,6 +66,51 @@ def metric_drift(reqs, got, shared, groups) -> str:
     return f"largest relative change: probability {prob:.1e}, truth ratio {tr:.1e} (golden tolerance 2e-5)"
 
 
+def _numbers(x, path=""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{path}/{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{path}/{i}")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield path, float(x)
+
+
+def tofu_run(folder: Path, limit: str, template: str) -> None:
+    """The whole run, off then on: CPU seconds by kind, and every TOFU number's change."""
+    from bench_floor import METRICS, record_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        base = ["run", "tofu", "--quiet", "--model", str(folder), "--data", str(FIX / "tofu_tiny"), "--metrics", METRICS,
+                "--template", template]
+        record_run(base + ["--limit", "1", "--out", str(tmp / "w"), "--cache-dir", str(tmp / "cw")])  # warm-up
+        got = {}
+        for way in ("off", "on"):
+            _, spent, run, whole = record_run(base + ["--limit", limit, "--prefix-sharing", way, "--out", str(tmp / way),
+                                                      "--cache-dir", str(tmp / f"c{way}")])
+            ev = json.loads((tmp / way / "TOFU_EVAL.json").read_text())
+            sm = json.loads((tmp / way / "TOFU_SUMMARY.json").read_text())
+            got[way] = (spent, whole, ev, sm, run)
+        print(f"{folder.name}, --template {template}, --limit {limit}: evaldag run tofu, off then on, one thread")
+        for kind in sorted(got["off"][0]):
+            off, on = got["off"][0][kind][1], got["on"][0].get(kind, [0, 0])[1]
+            print(f"  {kind:<12} off {off:7.2f} CPU s   on {on:7.2f} CPU s   x{off / on if on else float('nan'):.2f}")
+        w_off, w_on = got["off"][1], got["on"][1]
+        print(f"  whole run    off {w_off.cpu:7.2f} CPU s   on {w_on.cpu:7.2f} CPU s   x{w_off.cpu / w_on.cpu:.2f} "
+              f"(wall {w_off.wall:.1f} / {w_on.wall:.1f})")
+        print(f"  served: {[k.get('token_stats') for k in got['on'][4]['executor'].get('served', {}).values()]}")
+        ev_off, ev_on, sm_off, sm_on = got["off"][2], got["on"][2], got["off"][3], got["on"][3]
+        for metric in sorted(ev_off):
+            a, b = dict(_numbers(ev_off[metric])), dict(_numbers(ev_on[metric]))
+            rel = max((abs(a[k] - b[k]) / max(abs(a[k]), abs(b[k])) for k in a if k in b and a[k] != b[k]), default=0.0)
+            s_off, s_on = sm_off.get(metric), sm_on.get(metric)
+            srel = (abs(s_off - s_on) / max(abs(s_off), abs(s_on))
+                    if isinstance(s_off, float) and isinstance(s_on, float) and s_off != s_on else 0.0)
+            print(f"  {metric:<28} summary {s_off!s:>24} -> {s_on!s:<24} rel {srel:.1e}; largest over its EVAL numbers {rel:.1e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", type=int, default=400)
@@ -121,13 +118,17 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[], help="another model folder (repeatable)")
     ap.add_argument("--template", default="plain", choices=("plain", "chat"))
     ap.add_argument("--only", action="store_true", help="only the --model folders")
+    ap.add_argument("--tofu-run", default=None, metavar="FOLDER", help="the whole evaldag run tofu, off then on")
+    ap.add_argument("--limit", default="10", help="with --tofu-run: rows a split")
     args = ap.parse_args()
+    if args.tofu_run:
+        return tofu_run(Path(args.tofu_run), args.limit, args.template)
     import numpy as np
     import torch
 
     from evaldag.engine.adapters.base import PromptTemplate
     from evaldag.engine.adapters.hf import HFModel
-    from evaldag.engine.batching import default_budget, pack
+    from evaldag.engine.executor import Executor
     from evaldag.engine.requests import TokenStats
 
     torch.set_num_threads(1)
@@ -140,7 +141,7 @@ def main() -> None:
         models.update({Path(m).name: Path(m) for m in args.model})
         for name, path in models.items():
             res = HFModel(str(path))
-            enc, adapter = res.encoder(), res.load()
+            enc = res.encoder()
             plain = PromptTemplate.chat() if args.template == "chat" else PromptTemplate.plain()
             groups = []
             for r in rows:
@@ -152,33 +153,34 @@ def main() -> None:
                     by_ctx.setdefault(e.context_ids, []).append(e.continuation_ids)
                 groups += list(by_ctx.items())
             reqs = [TokenStats(c, a) for c, answers in groups for a in answers]
-            batches = pack(reqs, TokenStats.length, default_budget("cpu"))
-            gbatches = [groups[i : i + QUESTIONS_PER_BATCH] for i in range(0, len(groups), QUESTIONS_PER_BATCH)]
+            for share in (False, True):  # warm-up: the first forward passes of a process pay one-time costs
+                Executor(prefix_sharing=share).serve([(res, r) for r in reqs[:14]])
             t_plain, t_shared, c_plain, c_shared = [], [], [], []
             for _ in range(args.repeat):
-                t, c = time.perf_counter(), time.process_time()
-                got = {}
-                padded = 0
-                for b in batches:
-                    got.update(zip(b, adapter.run_batch(b)))
-                    padded += adapter.last_batch_tokens[1]
-                t_plain.append(time.perf_counter() - t)
-                c_plain.append(time.process_time() - c)
-                t, c = time.perf_counter(), time.process_time()
-                shared, fwd = [], 0
-                for gb in gbatches:
-                    lp, n = shared_prefix_logprobs(adapter, gb)
-                    shared += lp
-                    fwd += n
-                t_shared.append(time.perf_counter() - t)
-                c_shared.append(time.process_time() - c)
+                runs = {}
+                for share, t_list, c_list in ((False, t_plain, c_plain), (True, t_shared, c_shared)):
+                    ex = Executor(prefix_sharing=share)
+                    before = dict(res.load().prefixes.counts)  # the adapter counts over its life
+                    t, c = time.perf_counter(), time.process_time()
+                    got = ex.serve([(res, r) for r in reqs])
+                    t_list.append(time.perf_counter() - t)
+                    c_list.append(time.process_time() - c)
+                    after = res.load().prefixes.counts
+                    runs[share] = (got, ex.stats.by_kind["token_stats"], {k: v - before[k] for k, v in after.items()})
+            (plain_got, plain_st, _), (shared_got, shared_st, account) = runs[False], runs[True]
+            got = dict(zip(reqs, plain_got))
+            shared = [s.logprob for s in shared_got]
             diff = max(float(np.abs(got[r].logprob - s).max()) for r, s in zip(reqs, shared))
             real = sum(r.length() for r in reqs)
             print(f"{name}: {len(rows)} questions x 7 answers = {len(reqs)} rows, {real} tokens, {len(groups)} distinct contexts")
             med = statistics.median
-            print(f"  plain  (executor batches, right padded): {med(c_plain):6.2f} CPU s, {med(t_plain):6.2f} wall s, {padded} tokens forwarded")
-            print(f"  shared (question KV once):               {med(c_shared):6.2f} CPU s, {med(t_shared):6.2f} wall s, {fwd} tokens forwarded")
-            print(f"  largest log-prob difference: {diff:.2e}; {metric_drift(reqs, got, shared, groups)}")
+            print(f"  plain  (--prefix-sharing off): {med(c_plain):6.2f} CPU s, {med(t_plain):6.2f} wall s, "
+                  f"{plain_st.tokens_padded} tokens forwarded in {plain_st.batches} batches")
+            print(f"  shared (the default):          {med(c_shared):6.2f} CPU s, {med(t_shared):6.2f} wall s, "
+                  f"{shared_st.tokens_padded} tokens forwarded in {shared_st.batches} batches "
+                  f"({account['rows']} rows on {account['contexts']} shared contexts)")
+            print(f"  speed-up (CPU): {med(c_plain) / med(c_shared):.2f}x; largest log-prob difference: {diff:.2e}; "
+                  f"{metric_drift(reqs, got, shared, groups)}")
         one, five, _ = os.getloadavg()
         print(f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores")
 

@@ -1,7 +1,7 @@
 """TOFU at its real forget10 size, against open-unlearning's time on the same workload.
 
 Run: python tests/perf/bench_tofu_scale.py [--skip-trained] [--gpu-only] [--gpu-smoke]
-         [--open-unlearning-seconds S] [--workdir DIR]
+         [--open-unlearning-seconds S] [--workdir DIR] [--real-model FOLDER [--limit N] [--template chat] [--only-real]]
 
 CPU workload (issue 15): synthetic authors in TOFU's format at forget10 size -- 400
 forget, 400 holdout, 400 retain_perturbed rows (40 authors x 10 facts each; the
@@ -16,6 +16,12 @@ trained tiny fixture checkpoint. Printed per request kind: seconds, rows, real a
 padded tokens, tokens/s and padding, and the ratio of the cold wall time to
 open-unlearning's time on this workload: the issue's 315 s, or --open-unlearning-seconds
 timed now with tests/perf/open_unlearning/ (the machine's speed moves between days).
+
+``--real-model FOLDER`` adds the real-model row: that checkpoint (SmolLM2-135M-Instruct's
+fp32 dequantization: tests/realmodel.py; its generations stop at eos) on the TOFU-format
+fixture (40 rows a split, ``--limit`` fewer), the same metrics, cold then warm. Every run
+prints CPU seconds (the child's user + system) beside wall seconds: on a shared machine the
+load moves wall seconds, CPU seconds much less.
 
 GPU mode (runs when CUDA is present; ``--gpu-smoke`` runs the same code on CPU with a
 tiny config, to check it): a random Llama with a 1B-size config (Llama-3.2-1B's shapes
@@ -90,13 +96,21 @@ def random_llama(out: Path, shape: dict, dtype: str = "float32", seed: int = 0) 
 
 
 def evaldag_run(model: Path, data: Path, out: Path, cache: Path, *extra: str) -> tuple[float, dict]:
-    """One ``evaldag run tofu`` in its own process: (wall seconds, run.json)."""
+    """One ``evaldag run tofu`` in its own process: (wall seconds, run.json); its CPU seconds
+    (user + system of the child) are run.json's ``cpu_seconds`` here."""
+    import resource
+
     exe = Path(sys.executable).with_name("evaldag")
     argv = [str(exe), "run", "tofu", "--quiet", "--model", str(model), "--data", str(data), "--metrics", METRICS,
             "--out", str(out), "--cache-dir", str(cache), *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(argv, check=True)
-    return time.perf_counter() - t, json.loads((out / "run.json").read_text())
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = json.loads((out / "run.json").read_text())
+    run["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, run
 
 
 def kind_table(run: dict) -> list[str]:
@@ -125,14 +139,29 @@ def cpu_bench(tmp: Path, trained: bool, ou_seconds: float = OPEN_UNLEARNING_S) -
     print(f"model: random Llama {SMALL['num_hidden_layers']} layers x {SMALL['hidden_size']}, tiny tokenizer; {load()}\n")
     cold_s, cold = evaldag_run(model, data, tmp / "cold", tmp / "cache")
     warm_s, warm = evaldag_run(model, data, tmp / "warm", tmp / "cache")
-    print(f"cold: {cold_s:.1f} s wall = {cold_s / ou_seconds:.3f} x open-unlearning's {ou_seconds:.1f} s "
-          f"(goal <= 0.25); warm: {warm_s:.1f} s, weights loaded: {warm['executor']['model_loaded']}")
+    print(f"cold: {cold_s:.1f} s wall ({cold['cpu_seconds']:.1f} CPU s) = {cold_s / ou_seconds:.3f} x open-unlearning's "
+          f"{ou_seconds:.1f} s (goal <= 0.25); warm: {warm_s:.1f} s wall ({warm['cpu_seconds']:.1f} CPU s), "
+          f"weights loaded: {warm['executor']['model_loaded']}")
     print("\n".join(kind_table(cold)))
     if trained:
         t_s, t = evaldag_run(FIX / "tiny-llama" / "target", data, tmp / "trained", tmp / "cache-trained")
-        print(f"\ntrained fixture checkpoint (2 x 64, stops at its eos), same data: cold {t_s:.1f} s")
+        print(f"\ntrained fixture checkpoint (2 x 64, stops at its eos), same data: cold {t_s:.1f} s ({t['cpu_seconds']:.1f} CPU s)")
         print("\n".join(kind_table(t)))
     print(f"\n{load()}")
+
+
+def real_bench(tmp: Path, folder: Path, limit: int | None, template: str) -> None:
+    """The real-model row: ``folder`` on the TOFU-format fixture, cold then warm, CPU and wall seconds."""
+    for old in ("real-cache", "real-cold", "real-warm"):
+        shutil.rmtree(tmp / old, ignore_errors=True)
+    extra = ["--template", template, *(["--limit", str(limit)] if limit else [])]
+    print(f"\nreal model {folder.name}, TOFU-format fixture ({limit or 40} rows a split), --template {template}; {load()}")
+    cold_s, cold = evaldag_run(folder, FIX / "tofu_tiny", tmp / "real-cold", tmp / "real-cache", *extra)
+    warm_s, warm = evaldag_run(folder, FIX / "tofu_tiny", tmp / "real-warm", tmp / "real-cache", *extra)
+    print(f"cold: {cold_s:.1f} s wall, {cold['cpu_seconds']:.1f} CPU s; warm: {warm_s:.1f} s wall, "
+          f"{warm['cpu_seconds']:.1f} CPU s, weights loaded: {warm['executor']['model_loaded']}")
+    print("\n".join(kind_table(cold)))
+    print(f"{load()}")
 
 
 # ---------------------------------------------------------------------------- GPU mode
@@ -230,13 +259,19 @@ def main() -> None:
                     help="open-unlearning's wall time on this workload, measured now on this machine "
                          "(tests/perf/open_unlearning/README.md says how; default: the issue's 315 s)")
     ap.add_argument("--workdir", default=None, help="keep the data and the random model here (for the open-unlearning harness)")
+    ap.add_argument("--real-model", default=None, metavar="FOLDER", help="add the real-model row (SmolLM2's fp32 folder)")
+    ap.add_argument("--limit", type=int, default=None, help="with --real-model: rows a split (default: all 40)")
+    ap.add_argument("--template", default="chat", choices=("plain", "chat"), help="with --real-model")
+    ap.add_argument("--only-real", action="store_true", help="only the real-model row")
     args = ap.parse_args()
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(args.workdir) if args.workdir else Path(tmp)
-        if not args.gpu_only and not args.gpu_smoke:
+        if not args.gpu_only and not args.gpu_smoke and not args.only_real:
             cpu_bench(tmp, trained=not args.skip_trained, ou_seconds=args.open_unlearning_seconds)
+        if args.real_model:
+            real_bench(tmp, Path(args.real_model), args.limit, args.template)
         if torch.cuda.is_available() or args.gpu_smoke:
             gpu_bench(tmp, smoke=args.gpu_smoke)
         elif args.gpu_only:

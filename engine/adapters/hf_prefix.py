@@ -1,0 +1,162 @@
+"""Token statistics with shared contexts: a context's KV computed once for all its continuations.
+
+TOFU scores each question with seven answers (the answer, its paraphrase, five perturbed
+ones) and a multiple-choice task each question with its options: the same context ids with
+different continuations. Forwarding each pair whole computes the context's keys and values
+once per continuation; here the batch's distinct contexts go through the model once
+(left padded, into a ``DynamicCache``), the cache rows are repeated for each continuation,
+and the continuations go through on top of it (right padded) with their position ids
+continuing their context's. With a real tokenizer's chat template the context is half of a
+question's tokens or more (tests/perf/bench_prefix_sharing.py).
+
+Each row sees what the plain path shows it: the same ids, the same attention mask
+(padding, and in reference mode every id equal to the pad id, as open-unlearning's collator
+masks them) and the same position ids (0, 1, ... from the row's first token, masked tokens
+counted, as the model's own ``arange`` counts them in a right-padded batch). Only the float
+summation order changes (other matrix shapes), so the log-probs move by float32 rounding:
+docs/performance.md states the tolerance and tests/engine/test_prefix_sharing.py holds it.
+
+The statistics come from the hidden states through the head a chunk of rows at a time,
+as :meth:`HFAdapter._token_stats` computes them (``_stats_kernel``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..requests import TokenStats, TokenStatsResult
+from .hf_generation import forward_params
+
+# Heavy imports (torch, transformers) happen inside the functions that use them.
+
+
+class PrefixSharing:
+    """One adapter's setting and account: whether the executor asked for shared contexts (and
+    the model's cache allows them), and the rows, contexts and tokens served that way so far
+    (run.json's ``executor.served``)."""
+
+    def __init__(self) -> None:
+        self.available: bool | None = None  # None until the first token-statistics group asks
+        self.on = False
+        self.counts = {"rows": 0, "contexts": 0, "tokens_asked": 0, "tokens_forwarded": 0}
+
+    def decide(self, model: Any, wanted: bool) -> bool:
+        if self.available is None:
+            self.available = cache_fits(model)
+        self.on = bool(wanted and self.available)
+        return self.on
+
+    def account(self) -> dict | None:
+        if self.available is None:
+            return None
+        if not self.available:
+            return {"prefix_sharing": "unavailable: this model's cache is not a plain DynamicCache"}
+        return {"prefix_sharing": "on", **self.counts} if self.on else {"prefix_sharing": "off"}
+
+    def add(self, rows: int, contexts: int, asked: int, forwarded: int) -> None:
+        c = self.counts
+        c["rows"], c["contexts"] = c["rows"] + rows, c["contexts"] + contexts
+        c["tokens_asked"], c["tokens_forwarded"] = c["tokens_asked"] + asked, c["tokens_forwarded"] + forwarded
+
+
+def cache_fits(model: Any) -> bool:
+    """Whether this model's cache is a plain per-layer ``DynamicCache`` whose rows can be repeated."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    if getattr(model.config, "is_encoder_decoder", False):
+        return False
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # noqa: BLE001 - a config DynamicCache cannot read: the plain path serves it
+        return False
+    return bool(getattr(cache, "layers", None)) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def repeated(reqs: Sequence[TokenStats]) -> bool:
+    """Whether two requests of the batch share their context (else there is nothing to share) and
+    every request scores a token (an empty continuation is the plain path's case)."""
+    return len({r.context_ids for r in reqs}) < len(reqs) and all(r.continuation_ids for r in reqs)
+
+
+def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -> list[TokenStatsResult]:
+    """:meth:`HFAdapter._token_stats`'s results for ``reqs``, each distinct context forwarded once.
+
+    ``kernel`` is hf_adapter's ``_stats_kernel``; ``adapter.prefixes`` counts the batch's rows,
+    contexts and tokens (run.json's ``executor.served``).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    cache_arg = "cache" if "cache" in forward_params(adapter.model) else "past_key_values"  # renamed in transformers 5.24
+
+    model, pad, masked = adapter.model, adapter.pad_id, adapter.masked_id
+    contexts: dict[tuple[int, ...], int] = {}
+    for r in reqs:
+        contexts.setdefault(r.context_ids, len(contexts))
+    ctx = list(contexts)
+    owner = [contexts[r.context_ids] for r in reqs]
+    dev = model.device
+    wc = max(map(len, ctx))
+    ids = torch.full((len(ctx), wc), pad, dtype=torch.long)
+    real = torch.zeros((len(ctx), wc), dtype=torch.long)
+    for g, c in enumerate(ctx):
+        ids[g, wc - len(c):] = torch.tensor(c, dtype=torch.long)
+        real[g, wc - len(c):] = 1
+    pos = (real.cumsum(-1) - 1).clamp(min=0)  # from each context's first token, as a right-padded row counts
+    mask = real * (ids != masked).long() if masked is not None else real
+    wa = max(len(r.continuation_ids) for r in reqs) - 1  # the last continuation token predicts nothing scored
+    aid = torch.full((len(reqs), max(wa, 1)), pad, dtype=torch.long)
+    areal = torch.zeros((len(reqs), max(wa, 1)), dtype=torch.long)
+    for i, r in enumerate(reqs):
+        n = len(r.continuation_ids) - 1
+        if n:
+            aid[i, :n] = torch.tensor(r.continuation_ids[:-1], dtype=torch.long)
+            areal[i, :n] = 1
+    amask = areal * (aid != masked).long() if masked is not None else areal
+    idx = torch.tensor(owner, dtype=torch.long)
+    apos = torch.tensor([len(ctx[g]) for g in owner], dtype=torch.long)[:, None] + torch.arange(aid.shape[1])[None]
+    split = adapter.head_split()
+    net = split[0] if split else model
+    cache = DynamicCache(config=model.config)
+    with adapter.no_grad():
+        out = net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True,
+                  **{cache_arg: cache})
+        last = out[0][:, -1] if split else out.logits[:, -1]  # predicts each context's first continuation token
+        sel = idx.to(dev)
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys.index_select(0, sel), layer.values.index_select(0, sel)
+        if wa > 0:
+            out = net(input_ids=aid.to(dev), attention_mask=torch.cat([mask.index_select(0, idx), amask], 1).to(dev),
+                      position_ids=apos.to(dev), use_cache=True, **{cache_arg: cache})
+            body = out[0] if split else out.logits
+        # every scored position's hidden state, in the results' order: a row's first target is
+        # predicted at its context's last position, the others at its continuation's positions
+        flat = [last] if wa <= 0 else [last, body.reshape(-1, body.shape[-1])]
+        hidden = torch.cat(flat)
+        at: list[int] = []
+        for i, r in enumerate(reqs):
+            at.append(owner[i])
+            at += range(len(ctx) + i * wa, len(ctx) + i * wa + len(r.continuation_ids) - 1)
+        at_t = torch.tensor(at, dtype=torch.long, device=dev)
+        tgt = torch.tensor([t for r in reqs for t in r.continuation_ids], dtype=torch.long, device=dev)
+        k = adapter.stats_chunk_rows
+        parts = []
+        for c in range(0, len(at), k):
+            h = hidden.index_select(0, at_t[c : c + k])
+            parts.append(kernel((split[1](h) if split else h).float(), tgt[c : c + k]))
+    lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
+    forwarded_real = sum(map(len, ctx)) + int(areal.sum()) if wa > 0 else sum(map(len, ctx))
+    forwarded = len(ctx) * wc + (len(reqs) * wa if wa > 0 else 0)
+    adapter.record_tokens(forwarded_real, forwarded)
+    adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
+    results, done = [], 0
+    for r in reqs:
+        s = slice(done, done + len(r.continuation_ids))
+        done = s.stop
+        results.append(TokenStatsResult(lp[s].astype(np.float32), am[s].astype(np.int32),
+                                        mu[s].astype(np.float32), var[s].astype(np.float32)))
+    return results
+
