@@ -223,7 +223,7 @@ class Estimating:
     """A bar that also says, once, how long the rest of its work will take: after a tenth of it
     (or half a minute), from the rate so far. One line, when progress is shown. ``patient``: only
     after a tenth -- generation runs its sequences at once, so the first to finish are few and
-    half a minute's rate would say hours where minutes remain."""
+    half a minute's rate would say hours where minutes remain (GradNorm's first rows run alone)."""
 
     def __init__(self, inner: Any, desc: str, total: float, progress: bool | None, patient: bool = False):
         self.inner, self.desc, self.total, self.patient = inner, desc, total, patient
