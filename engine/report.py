@@ -50,7 +50,7 @@ def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCH
 
 
 def splits_of(benchmarks: Iterable[Benchmark]) -> tuple[Split, ...]:
-    """The generic data splits plus the benchmarks' own (the bands of a graph drawing)."""
+    """The data splits the benchmarks declare, as one vocabulary (the bands of a graph drawing)."""
     return split_vocabulary(b.splits for b in benchmarks)
 
 

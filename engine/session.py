@@ -252,6 +252,9 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
             print(interrupted(held.get("cache"), held.get("executor"), e.args[0]), file=sys.stderr)
             e.said = True
         raise
+    finally:  # a run from Python leaves no open database behind (the command line's process ends anyway)
+        if held.get("cache") is not None:
+            held["cache"].close()
 
 
 def attack_options(options: RunOptions, transform: Transform) -> RunOptions:

@@ -37,8 +37,9 @@ class TofuBenchmark(UnlearningBenchmark):
     default_metrics, mia_metrics = DEFAULT_METRICS, MIA_METRICS
     description = "TOFU (Maini et al. 2024): forget quality, truth ratio, ROUGE, model utility, privleak, MIAs"
     Config = TofuConfig
-    #: TOFU's own splits beside forget / holdout / retain: the bands of its graph drawing
-    splits = (Split("ra", "real authors", r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors", rank=40),
+    #: the unlearning splits and TOFU's own: the bands of its graph drawing
+    splits = (*UnlearningBenchmark.splits,
+              Split("ra", "real authors", r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors", rank=40),
               Split("wf", "world facts", r"(?:^|[^a-z])wf(?:[^a-z]|$)|world_?facts", rank=50))
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ class UnlearningBenchmark(Benchmark):
     resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID",
                       "base_model": "--base-model ORIGINAL_DIR"}
     takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
+    splits = report.SPLITS  # forget, holdout, retain
     #: forget quality (log) against model utility, the retain model marked (TOFU's figure; MUSE has neither name)
     tradeoff = Tradeoff(x="model_utility", y="forget_quality", reference="retain_model", reference_label="retain model")
 

@@ -156,6 +156,14 @@ class Cache:
         n += self.requests.prune(cutoff)
         return n
 
+    def close(self) -> None:
+        """Let go of the request index's database (its write-ahead log is checkpointed and removed):
+        a run started from Python leaves the folder as a finished command-line run does. Reopened
+        on the next use."""
+        for store in (self.requests, self.requests.under):
+            if store is not None:
+                store.close()
+
     def clear(self) -> tuple[int, list[Path]]:
         """Remove every entry the cache wrote; a root without the marker raises :class:`NotACache`.
 
