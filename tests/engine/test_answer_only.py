@@ -113,3 +113,12 @@ def test_run_json_names_the_system_prompt_only_where_the_template_added_it():
     assert system_prompts_added(resources, [chat]) == {"model": "You are a tiny helper"}
     assert system_prompts_added(resources, [PromptTemplate.chat(system_prompt="Be brief.").model_dump()]) == {}
     assert system_prompts_added(resources, [PromptTemplate.plain().model_dump()]) == {}
+
+
+def test_a_runs_model_binding_carries_the_chat_facts_into_run_json(chatml):
+    """Nodes see a model through its binding; run.json's record of it still names the system prompt."""
+    from evaldag.engine.resources import ResourceSet
+    from evaldag.engine.results import describe_resource
+
+    bound = ResourceSet({"model": HFModel(chatml)}).get("model")
+    assert describe_resource(bound)["chat_default_system_prompt"] == "You are a tiny helper"
