@@ -116,10 +116,17 @@ class Benchmark:
         run folders (``render.report_html.RunFolder``); default: none."""
         return []
 
-    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+    def item_sample(self, name: str, evals: dict[str, Any], retain: dict[str, Any] | None = None) -> Any:
         """Metric ``name`` of a published ``<GROUP>_EVAL.json`` (``evals``, the whole file) as an
-        ``uncertainty.Sample`` of its items, for ``evaldag compare``'s paired test; None: it has
-        no item-based form (default)."""
+        ``uncertainty.Sample`` of its items, for ``evaldag compare``'s paired test; ``retain``:
+        the reference model's EVAL file the run read (its retain logs), where a metric needs it.
+        None: it has no item-based form (default)."""
+        return None
+
+    def knowledge(self, name: str) -> Any:
+        """The knowledge form (``knowledge.Knowledge``) of metric ``name`` as this benchmark
+        configures it, for robustness scores and the meta-evaluation of metrics; None: it
+        declares none (default)."""
         return None
 
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:

@@ -98,6 +98,21 @@ def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Spli
     return out
 
 
+def benchmarks_by_group(folder: Path) -> dict[str, Any]:
+    """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
+    meta = _read(folder / "run.json")
+    names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
+    out = {}
+    for n in names:
+        if isinstance(n, str) and n in BENCHMARKS:
+            try:
+                bench = BENCHMARKS.get(n)
+            except Exception:  # noqa: BLE001 - an uninstalled plugin: its metrics get no item-level statistics
+                continue
+            out[bench.group.upper()] = bench
+    return out
+
+
 def folder_rows(run: str, folder: Path) -> list[dict]:
     meta = _read(folder / "run.json")
     if not isinstance(meta, dict):

@@ -192,10 +192,14 @@ def _namespace_functions(trees: dict[str, "ast.Module"]) -> set[str]:
 def namespace_writes(tree: "ast.Module", returning: set[str]) -> list[str]:
     """``X.attr = ...`` / ``X.attr += ...`` / ``setattr(X, ...)`` where X is a Namespace inside a
     function: a parameter annotated so, or a name bound to ``parse_args(...)``,
-    ``argparse.Namespace(...)`` or a call of a function in ``returning``."""
+    ``argparse.Namespace(...)`` or a call of a function in ``returning``. An ``argparse.Action``'s
+    ``__call__`` is the parse itself (argparse hands it the Namespace it fills), not a write after it."""
     out = []
+    parsing = {id(fn) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+               and any(ast.unparse(b).endswith("Action") for b in cls.bases)
+               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"}
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(fn) in parsing:
             continue
         params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         names = {a.arg for a in params if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
@@ -255,6 +259,20 @@ def test_only_the_parse_step_reads_a_benchmarks_config_from_a_namespace():
              and isinstance(n.func, ast.Attribute) and n.func.attr in ("config_from_args", "metrics_from_args")
              and ast.unparse(n.func.value) not in ("self", "super()")]  # a benchmark's own, inside config_from_args
     assert not calls, calls
+
+
+def test_the_distributed_executor_calls_only_the_declared_adapter_members():
+    """``distributed/`` serves any backend: what it asks of a loaded adapter is declared on
+    ``backend.ModelAdapter`` (``lockstep()`` for weights split over the ranks), never an HF
+    adapter's own attributes (its ``model``, its ``pad_id``)."""
+    from evaldag.engine.backend import ModelAdapter
+
+    used = set()
+    for f in sorted((ROOT / "engine" / "distributed").glob("*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "adapter":
+                used.add(n.attr)
+    assert used and not used - set(dir(ModelAdapter)), sorted(used - set(dir(ModelAdapter)))
 
 
 # -- importing the engine changes nothing -----------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tables out (issue 25 item 16) and run comparison (item 18): `evaldag export`, `evaldag compare`,
+"""Tables out and run comparison: `evaldag export`, `evaldag compare`,
 `RunResult.to_pandas()`, and the report's delta column."""
 
 import csv

@@ -449,7 +449,7 @@ def test_graph_command_plan_run_and_cache_status(tmp_path, capsys):
     assert cli.main(["graph", "--run", str(out), "--format", "svg"]) == 0
     assert len(svg_nodes(capsys.readouterr().out)) == 6
     assert cli.main(["graph", "--run", str(tmp_path / "nowhere")]) == 2
-    assert f"{tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err  # issue 25's one wording for paths
+    assert f"{tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err  # the one wording for a missing path
 
 
 def test_report_command_writes_one_file(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Runs you can find again (issue 25 item 18): each `evaldag run` records itself in its cache and
+"""Runs you can find again: each `evaldag run` records itself in its cache and
 `evaldag cache runs` lists the records, reading only."""
 
 import json

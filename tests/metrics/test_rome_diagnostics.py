@@ -1,4 +1,4 @@
-"""rome_denominator / rome_key_ood (issue 29): lm-debugger's DenominatorOfROMEUpdate and
+"""rome_denominator / rome_key_ood: lm-debugger's DenominatorOfROMEUpdate and
 OutOfDistributionKeys over one cached key covariance, checked by hand in float64 on the
 trace model at block 2 after a ROME edit (and against make_edit's own divisor with a ridge)."""
 
