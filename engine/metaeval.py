@@ -229,6 +229,10 @@ def metaeval(knows: Sequence[str], not_knows: Sequence[str], unlearned: Sequence
     if utility_drop is not None and utility_reference is None:
         raise ExportError("--utility-drop needs --utility-reference DIR (the run whose model utility the drop is measured from)")
     pos, neg = _runs(knows), _runs(not_knows)
+    both = sorted({r.folder.resolve() for r in pos} & {r.folder.resolve() for r in neg})
+    if both:  # a model cannot be in both classes; a sweep's OUT given to one side may hold the other's run
+        raise ExportError(f"{both[0]} is in both classes (--knows and --not-knows)"
+                          + (f", and {len(both) - 1} more" if len(both) > 1 else ""))
     faith = faithfulness(pos, neg, n_resamples, seed, level, min_per_class)
     out: dict[str, Any] = {
         "pool": {KNOWS: [str(r.folder) for r in pos], NOT: [str(r.folder) for r in neg]},

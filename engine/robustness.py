@@ -56,8 +56,8 @@ class Score:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value}
-        if self.raw is not None and self.raw != self.value:
-            out["raw"] = self.raw
+        if self.raw is not None and self.raw != self.value:  # JSON has no infinity: "+inf" / "-inf" as text
+            out["raw"] = self.raw if math.isfinite(self.raw) else ("+inf" if self.raw > 0 else "-inf")
         if self.reason:
             out["reason"] = self.reason
         return out

@@ -237,6 +237,9 @@ class UnlearningBenchmark(Benchmark):
         such metric."""
         from ...engine.knowledge import of_node
 
+        transformed = self.spec.TRANSFORMED_METRIC
+        if transformed and name.startswith(transformed + "_") and name not in self.spec.metric_names():
+            name = transformed  # on a prompt-transformed set (Jailbreak-ROUGE): the metric's own form
         if name not in self.spec.metric_names():
             return None
         return of_node(self.spec.nodes((name,))[0])

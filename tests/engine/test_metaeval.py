@@ -129,6 +129,10 @@ def test_bad_input(tmp_path, pool, capsys):
     assert err.startswith(f"evaldag: error: {bad}:2: expected 'knows PATH' or 'does-not-know PATH'") and len(err.splitlines()) == 1
     assert cli.main(["metaeval", "--knows", str(knows[0]), "--not-knows", str(nots[0]), "--utility-drop", "0.2"]) == 2
     assert "--utility-drop needs --utility-reference" in capsys.readouterr().err
+    # one model in both classes (here the same folder twice) is refused, naming it
+    assert cli.main(["metaeval", "--knows", str(knows[0]), str(nots[0]), "--not-knows", str(nots[0])]) == 2
+    err = capsys.readouterr().err
+    assert err == f"evaldag: error: {Path(nots[0]).resolve()} is in both classes (--knows and --not-knows)\n"
 
 
 def test_report_table(tmp_path, pool):

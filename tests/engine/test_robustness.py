@@ -3,6 +3,8 @@ unlearning-depth-score project's own formulas on the same numbers (transcribed b
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import numpy as np
@@ -81,6 +83,8 @@ def test_quantization_Q_hand_values_and_edges():
     assert s.value == 1.0 and s.raw == pytest.approx(4.0)
     assert quant_openunlearning(0.3, 0.3).value == 1.0  # no change
     assert quant_openunlearning(0.3, 0.0).value == 1.0  # zero denominator: nothing came back
+    # ... and it is written as JSON (ROBUSTNESS.json refuses NaN/Infinity): the unclipped ratio as text
+    assert json.loads(json.dumps(quant_openunlearning(0.3, 0.0).as_dict(), allow_nan=False)) == {"value": 1.0, "raw": "+inf"}
     assert quant_openunlearning(0.0, 0.0).value == 1.0
     assert quant_openunlearning(0.0, 0.5).value == 0.0  # from nothing to something
     s = quant_openunlearning(-0.1, 0.5)

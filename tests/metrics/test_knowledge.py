@@ -20,6 +20,8 @@ from evaldag.engine.registry import BENCHMARKS
     ("tofu", "mia_loss", "|x - 0.5|", True, 0.9, 0.4),
     ("tofu", "forget_quality", "-log10(x)", True, 1e-5, 5.0),
     ("tofu", "privleak", "-0.01 * x", False, -60.0, 0.6),        # signed: negative privleak is knowledge
+    ("tofu", "forget_Q_A_ROUGE_jailbreak_prefix", "x", True, 0.5, 0.5),  # Jailbreak-ROUGE: ROUGE's own form
+    ("muse", "forget_knowmem_ROUGE_paraphrase_template", "x", True, 0.4, 0.4),
     ("muse", "forget_verbmem_ROUGE", "x", True, 0.3, 0.3),
     ("muse", "privleak", "-0.01 * x", False, 20.0, -0.2),
 ])
@@ -35,6 +37,7 @@ def test_metrics_without_a_form_and_bad_values():
     assert tofu.knowledge("model_utility") is None          # utility, not knowledge of the forget set
     assert tofu.knowledge("forget_Q_A_gibberish") is None
     assert tofu.knowledge("no_such_metric") is None
+    assert tofu.knowledge("forget_Q_A_Prob_jailbreak_prefix") is None  # only the transformed metric takes a suffix
     k = tofu.knowledge("forget_Q_A_Prob")
     assert k(None) is None and k(math.nan) is None and k(True) is None
     assert tofu.knowledge("forget_quality")(0.0) is None     # -log10(0) is not a number: missing, not inf
