@@ -117,6 +117,10 @@ def _resources_table(prov: dict, not_loaded: bool = False) -> str:
     if not rows:
         return ""
     table = _table(["resource", "kind", "path or source", "fingerprint", "loaded as"], rows, num_from=99)
+    added = prov.get("system_prompt_added")
+    for name, text in sorted(added.items()) if isinstance(added, dict) else ():
+        table += (f'<p class="ed-muted">{escape(str(name))}: the chat template added its default system prompt '
+                  f'to every prompt: <q>{escape(str(text))}</q></p>')
     cmd = prov.get("command")
     if isinstance(cmd, list) and cmd:
         table += f'<p class="ed-muted"><code>{escape(" ".join(str(c) for c in cmd))}</code></p>'
