@@ -37,7 +37,7 @@ cd "$OU_REPO"
 # overwrite=true: else open-unlearning skips every metric already in an existing TOFU_EVAL.json
 ARGS=(src/eval.py "model=${OU_MODEL:-phi-1_5}"
   "model.model_args.pretrained_model_name_or_path=$MODEL" "model.tokenizer_args.pretrained_model_name_or_path=$MODEL"
-  +model.model_args.attn_implementation=sdpa +model.model_args.torch_dtype=float32 model.model_args.device_map=cpu
+  ++model.model_args.attn_implementation=sdpa ++model.model_args.torch_dtype=float32 model.model_args.device_map=cpu
   "${EXTRA_ARGS[@]}" "eval.tofu.retain_logs_path=${OU_RETAIN_LOGS:-null}"
   eval.tofu.overwrite=true
   "paths.output_dir=$OUT" task_name=ou_tofu_bench "${PATH_OVERRIDES[@]}" "$@")
