@@ -8,11 +8,11 @@ built here the same way for each (the editing benchmark's masking, ``--model``'s
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from ..engine.adapters import spec as specs
 from ..engine.adapters.hf_weights import check_model_dirs
+from ..engine.option_owners import add_shared
 from . import common
 
 HELP = ("the original checkpoint --model was edited or unlearned from: a folder, hf:DIR|ID, or another backend's spec "
@@ -21,17 +21,17 @@ HELP = ("the original checkpoint --model was edited or unlearned from: a folder,
 
 
 def add_base_model_argument(p: Any) -> None:
-    """Declared once per command whatever the number of benchmarks asking (a repeat is skipped)."""
-    try:
-        p.add_argument("--base-model", default=None, help=HELP)
-    except argparse.ArgumentError:
-        pass
+    """One declaration shared by every benchmark of the command that asks (``engine/option_owners.py``)."""
+    add_shared(p, "--base-model", default=None, help=HELP)
 
 
-def base_model_resource(path: str, dtype: str, device: str, tokenizer: str | None = None) -> Any:
-    """The lazy ``base_model`` (no weights load here), with the editing benchmark's padding-only mask."""
+def base_model_resource(path: str, dtype: str, device: str, tokenizer: str | None = None,
+                        settings: dict[str, Any] | None = None) -> Any:
+    """The lazy ``base_model`` (no weights load here), with the editing benchmark's padding-only mask;
+    ``settings``: its own ``--model-arg base:KEY=VALUE`` pairs, over ``--model``'s tokenizer."""
+    given = {**({"tokenizer": tokenizer} if tokenizer else {}), **(settings or {})}
     opts = common.ModelOptions(dtype=dtype, device=device, attention_mask="padding",
-                               backend_options={"model": {"tokenizer": tokenizer}} if tokenizer else {})
+                               backend_options={"model": given} if given else {})
     return common.hf_model(path, opts, "--base-model")
 
 

@@ -24,15 +24,14 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
-from ..engine.adapters.hf import HFModel, is_adapter_dir
+from ..engine.adapters.hf import is_adapter_dir
 from ..engine.adapters.hf_gguf import check_gguf, is_gguf
 from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
                                       masking_quirk, template_pad_files)
 from ..engine.adapters.hf_peft import check_adapter
-from ..engine.adapters.hf_tokenizer import HFModelTokenizer
-from ..engine.adapters.model_args import parse_pairs
-from ..engine.adapters.placement import parse_max_memory
-from ..engine.argtypes import limit as limit_type
+from ..engine.adapters.model_args import DEVICE_FLAG, DTYPE_FLAG, DeprecatedFlag, flags as model_arg_flags, parse_roles
+from ..engine.argtypes import limit as limit_type, positive_int
+from ..engine.option_owners import add_shared
 from ..engine.registry import BENCHMARKS
 from .template_args import load_template_args, template_from_text
 
@@ -106,31 +105,19 @@ def _flag(*names: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return names, kw
 
 
-QUALIFIERS = ("tokenizer", "served-model", "api-key-env", "fallback", "adapter-base")
-VLLM_OPTIONS = ("max-model-len", "gpu-memory-utilization", "tensor-parallel-size", "enforce-eager")  # vllm:DIR's engine
 ROLES = {"model": "--model", "retain_model": "--retain-model", "reference_model": "--reference-model"}
-
+#: ``--model-arg ROLE:KEY=VALUE``'s roles: the word before ``:`` -> the model resource it qualifies
+MODEL_ROLES = {"model": "model", "retain": "retain_model", "reference": "reference_model", "base": "base_model",
+               "classifier": "classifier_model"}  # the classifier's settings: unlearning/classifier.py
 MODEL_FLAGS = (
-    _flag("--tokenizer", default=None, help="the tokenizer (DIR or hub id) when --model's folder has none (open-unlearning's "
-          "tokenizer_args); with --model openai:URL: the local tokenizer that builds the prompts"),
-    _flag("--adapter-base", default=None, help="with --model ADAPTER_DIR (a PEFT/LoRA adapter): a local copy of its base "
-          "checkpoint, instead of the adapter_config.json's base_model_name_or_path"),
-    _flag("--served-model", default=None, help="with --model openai:URL: which served model, when the server has several"),
-    _flag("--api-key-env", default=None, help="with --model openai:URL: the variable holding the API key (default OPENAI_API_KEY)"),
-    _flag("--fallback", default=None, help="with --model openai:URL or vllm:DIR: hf:DIR, the same weights (checked before it serves anything), for what the primary cannot compute"),
-    _flag("--model-arg", action="append", default=None, metavar="KEY=VALUE", help="a setting of --model's backend, "
-          "repeatable; the backend names its keys (openai:URL: deadline, max_body_mb, timeout ...; docs/servers.md)"),
-    _flag("--max-model-len", type=int, default=None, help="with --model vllm:DIR: the engine's context length (default: the model's)"),
-    _flag("--gpu-memory-utilization", type=float, default=None, help="with --model vllm:DIR: the share of GPU memory the engine reserves (vLLM's default 0.9)"),
-    _flag("--tensor-parallel-size", type=int, default=None, help="with --model vllm:DIR: GPUs one engine spans"),
-    _flag("--enforce-eager", action="store_true", default=None, help="with --model vllm:DIR: no CUDA graphs (faster start)"),
-    _flag("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
-          help="weights dtype: auto (the checkpoint's own), bf16, fp16, fp32"),
-    _flag("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu"),
-    _flag("--device-map", default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
-          help="split a model larger than one device over the GPUs, CPU memory and disk (accelerate: "
-               "pip install 'evaldag[big]'); the numbers and the fingerprint do not change"),
-    _flag("--max-memory", default=None, help="with --device-map: per-device caps, e.g. 0=20GiB,1=20GiB,cpu=64GiB"),
+    *model_arg_flags(),
+    DTYPE_FLAG,
+    DEVICE_FLAG,
+    # accelerate's placement (pip install 'evaldag[big]'), the hf backend's per model: --model-arg device_map=auto
+    _flag("--device-map", action=DeprecatedFlag, default=None, choices=["auto", "balanced", "balanced_low_0", "sequential"],
+          instead="--model-arg device_map=VALUE (and retain:device_map=VALUE ... for the other models)"),
+    _flag("--max-memory", action=DeprecatedFlag, default=None,
+          instead="--model-arg max_memory=VALUE (and retain:max_memory=VALUE ... for the other models)"),
     _flag("--attention-mask", default="reference", choices=["reference", "padding"],
           help="reference: open-unlearning's `ids != pad` masking, which also hides real eos (and bos) tokens "
                "when pad == eos (the default); padding: mask only padding"),
@@ -138,17 +125,30 @@ MODEL_FLAGS = (
 RETAIN_FLAGS = (
     _flag("--retain-model", help="the retain model: forget quality and privleak are computed through the same graph and cache"),
     _flag("--reference-model", help="the reference model of the Reference MIA attack"),
-    *(_flag(f"--{role}-{q}", default=None, help=f"--{q} for --{role}-model")
-      for role in ("retain", "reference") for q in QUALIFIERS),
+    *model_arg_flags(("retain", "reference"), vllm=False, model_arg=False),
     _flag("--retain-logs", default=None, help="the retain model's <BENCH>_EVAL.json, or a folder holding one per benchmark"),
 )
 PROMPT_FLAGS = (
-    _flag("--template", choices=["plain", "chat"], default=None, help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template"),
-    _flag("--template-args", default=None, help="open-unlearning template_args (a model config YAML/JSON or the bare mapping)"),
+    _flag("--template", default=None, metavar="plain|chat|FILE",
+          help="plain: 'Question: '/'Answer: ' tags; chat: the tokenizer's chat template; FILE: open-unlearning "
+               "template_args (a model config YAML/JSON or the bare mapping; --template-args FILE, deprecated, "
+               "says the same)"),
+    _flag("--template-args", action=DeprecatedFlag, default=None, instead="--template FILE"),
     _flag("--system-prompt", default=None, help="with --template chat: the system prompt"),
     _flag("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)"),
     _flag("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several"),
 )
+
+
+MAX_NEW_TOKENS_FLAG = _flag("--max-new-tokens", type=positive_int, default=None, metavar="N",
+                            help="the most new tokens of each generated answer (default: each benchmark's, TOFU 200 "
+                                 "for ROUGE, probes 300)")
+
+
+def new_tokens(args: argparse.Namespace, default: int) -> dict[str, int]:
+    """``max_new_tokens``: ``--max-new-tokens`` when given, else the benchmark's ``default``."""
+    given = getattr(args, "max_new_tokens", None)
+    return {"max_new_tokens": default if given is None else given}
 
 
 LIMIT_FLAG = _flag("--limit", type=limit_type, default=None, metavar="N",
@@ -158,24 +158,16 @@ LIMIT_FLAG = _flag("--limit", type=limit_type, default=None, metavar="N",
 
 def add_limit_argument(p: argparse.ArgumentParser) -> None:
     """``--limit``: one declaration with one meaning for every benchmark that takes it."""
-    names, kw = LIMIT_FLAG
-    try:
-        p.add_argument(*names, **kw)
-    except argparse.ArgumentError:
-        pass
+    add_shared(p, *LIMIT_FLAG[0], **LIMIT_FLAG[1])
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, retain: bool = True, prompt: bool = True) -> None:
     """The model flags (and, for a language-model benchmark, the retain side and the prompt).
 
-    Several benchmarks of one command add the same flags, each definition identical: the
-    CLI's parsers resolve a repeat (``conflict_handler="resolve"``), and on a parser that
-    refuses one (argparse's default) the first declaration stands."""
+    Several benchmarks of one command add the same flags: the same declarations, shared
+    (``engine/option_owners.py``)."""
     for names, kw in MODEL_FLAGS + (RETAIN_FLAGS if retain else ()) + (PROMPT_FLAGS if prompt else ()):
-        try:
-            p.add_argument(*names, **kw)
-        except argparse.ArgumentError:  # declared already by another benchmark of this command
-            pass
+        add_shared(p, *names, **kw)
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -183,6 +175,11 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     template_args, template = getattr(args, "template_args", None), getattr(args, "template", None)
     if template_args and template:
         raise ValueError("give --template or --template-args, not both")
+    if template not in (None, "plain", "chat"):  # --template FILE: open-unlearning's template_args
+        template_args, template = template, None
+        if not Path(template_args).expanduser().is_file():
+            raise ValueError(f"--template {template_args}: give plain, chat or an open-unlearning template_args file "
+                             "(no such file)")
     if template_args:
         prompt = load_template_args(template_args)
     elif template == "chat":
@@ -197,18 +194,10 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
-    """The server qualifiers given, per role: ``{"model": {"tokenizer": ...}, "retain_model": {...}}``."""
-    out: dict[str, dict[str, str]] = {}
-    for role in ROLES:
-        prefix = "" if role == "model" else role[: -len("_model")] + "_"
-        given = {q.replace("-", "_"): getattr(args, prefix + q.replace("-", "_"), None)
-                 for q in QUALIFIERS + (VLLM_OPTIONS if role == "model" else ())}
-        given = {k: v for k, v in given.items() if v is not None}
-        if role == "model" and getattr(args, "model_arg", None):  # --model-arg: the backend checks the keys
-            given["model_args"] = parse_pairs(args.model_arg)
-        if given:
-            out[role] = given
-    return out
+    """The ``--model-arg`` pairs (and their deprecated spellings) per model resource:
+    ``{"model": {"tokenizer": ...}, "retain_model": {...}}``; what each key means is the backend's."""
+    pairs = parse_roles(getattr(args, "model_arg", None), MODEL_ROLES)
+    return {MODEL_ROLES[role]: given for role, given in pairs.items()}
 
 
 def bench_option(args: argparse.Namespace, bench: str, option: str) -> Any:
@@ -233,36 +222,21 @@ def retain_logs_file(path: str | None, group: str) -> str | None:
 
 
 def hf_model(path: str | None, opts: ModelOptions, flag: str = "--model") -> Any:
-    """A lazy :class:`HFModel` for ``path`` with the config's dtype, device and masking,
-    checked first (:func:`check_model`): no weights load here."""
+    """A lazy model resource for ``path``, built by the backend its scheme names (``hf`` when
+    none) with the role's ``--model-arg`` settings and the run's dtype, device, masking and
+    placement; an ``hf:`` checkpoint is checked first (:func:`check_model`). No weights load here."""
     if path is None:
         return None
-    role = next((r for r, f in ROLES.items() if f == flag), "model")
-    quals = dict(opts.backend_options.get(role, {}))
+    role = next((r for r, f in ROLES.items() if f == flag), "model")  # another flag (--base-model): its opts' "model"
+    given = dict(opts.backend_options.get(role, {}))
+    given.update(given.pop("model_args", None) or {})  # the nested form of an older Python caller
     parsed = spec.parse(path, flag)
-    tokenizer = quals.pop("tokenizer", None) if parsed.scheme == "hf" else None
-    adapter_base = quals.pop("adapter_base", None) if parsed.scheme == "hf" else None
-    if parsed.scheme != "hf" or quals:
-        if parsed.scheme == "hf":
-            names = ", ".join(f"{ROLES[role].removesuffix('model')}{spec.flag_word(k)}" for k in quals)
-            raise ValueError(f"{names}: only for a server or vLLM model ({flag} openai:URL, vllm:DIR), not {flag} {path}")
-        if parsed.scheme == "vllm":
-            quals["dtype"] = opts.dtype  # in-process weights: --dtype applies as for hf:
-        return spec.resolve(path, flag, **quals)
-    path = parsed.target
-    check_model(path, opts, flag, tokenizer, adapter_base)
-    if is_gguf(path):  # one file, dequantized by transformers at load (engine/adapters/hf_gguf.py)
-        return HFModel(path, tokenizer=tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
-                       device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
-    if adapter_base or is_adapter_dir(path):  # a PEFT adapter over its base (engine/adapters/hf_peft.py)
-        return HFModel(path, adapter_base=adapter_base, dtype=opts.dtype, device=opts.device,
-                       attention_mask=opts.attention_mask, device_map=opts.device_map,
-                       max_memory=parse_max_memory(opts.max_memory))
-    if tokenizer:  # open-unlearning's tokenizer_args: part of the fingerprint
-        return HFModelTokenizer(path, tokenizer, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
-                                device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
-    return HFModel(path, dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
-                   device_map=opts.device_map, max_memory=parse_max_memory(opts.max_memory))
+    run_flags = dict(dtype=opts.dtype, device=opts.device, attention_mask=opts.attention_mask,
+                     device_map=opts.device_map, max_memory=opts.max_memory)
+    if parsed.scheme == "hf" and "fallback" not in given:
+        spec.route(spec.scheme_factory("hf"), given, "hf", spec.role_of(flag))  # its keys, before the checks use two
+        check_model(parsed.target, opts, flag, given.get("tokenizer"), given.get("adapter_base"))
+    return spec.resolve(path, flag, defaults=run_flags, **given)
 
 
 def model_resources(opts: ModelOptions) -> dict[str, Any]:
@@ -298,8 +272,9 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{flag} {path}: no config.json there, so not a model checkpoint folder")
         if tokenizer is None and Path(path).expanduser().is_dir() and not has_tokenizer(folder):
-            qualifier = "--tokenizer" if flag == "--model" else flag.removesuffix("model") + "tokenizer"
-            raise ValueError(f"{flag} {path}: no tokenizer in {path}; pass {qualifier} DIR|ID")
+            role = spec.role_of(flag)
+            raise ValueError(f"{flag} {path}: no tokenizer in {path}; pass --model-arg "
+                             f"{'' if role == 'model' else role + ':'}tokenizer=DIR|ID")
         if tokenizer is not None:
             folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer" if flag != "--model" else "--tokenizer") or folder
         if opts.template.apply_chat_template and not has_chat_template(folder):

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..engine import Rows
+from ..engine.option_owners import add_shared
 from ..metrics.unlearning.scoring import PREFILL_KEY
 
 GROUP = "evaldag.prompt_transforms"
@@ -137,7 +138,8 @@ class PromptTransformOptions(BaseModel):
 
 
 def add_prompt_transform_argument(p: Any, what: str) -> None:
-    p.add_argument("--prompt-transform", default=None, metavar="NAME[,NAME]",
+    """Each benchmark that takes it declares it; one meaning (``engine/option_owners.py``)."""
+    add_shared(p, "--prompt-transform", default=None, metavar="NAME[,NAME]",
                    help=f"prompt-level attacks, each a derived dataset of the questions ({what}): jailbreak_prefix "
                         "(Jailbreak-ROUGE), affirmative_suffix, in_context, paraphrase_template, filler, or an "
                         "evaldag.prompt_transforms plugin (docs/prompt-transforms.md)")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..engine.option_owners import add_shared
 
 
 RESAMPLES = ("--bootstrap-resamples", "--bootstrap-cycles", "--bootstrap-iters")
@@ -37,6 +39,14 @@ class IntervalOptions(BaseModel):
     bootstrap_resamples: int = Field(0, ge=0)  # seeded bootstrap resamples per interval; 0: no intervals
     seed: int = 0  # the bootstrap's seed
     confidence_level: float = Field(0.95, gt=0, lt=1)
+    summary_intervals: bool = False  # the intervals also in <BENCH>_SUMMARY.json, under "intervals"
+
+    @model_validator(mode="after")
+    def _intervals_to_write(self) -> "IntervalOptions":
+        if self.summary_intervals and not self.bootstrap_resamples:
+            raise ValueError("summary_intervals (--summary-intervals) wants bootstrap_resamples > 0 (--bootstrap-resamples N): "
+                             "there are no intervals to write")
+        return self
 
 
 def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) -> None:
@@ -46,10 +56,7 @@ def add_bootstrap_arguments(p: Any, what: str = "intervals", seed: bool = True) 
                               help=f"bootstrap resamples per interval ({what}); 0: no intervals")),
              (("--seed",), dict(type=int, default=None, help="the seed of the bootstrap (and of sampling where a benchmark samples)")))
     for names, kw in flags[:2 if seed else 1]:
-        try:
-            p.add_argument(*names, **kw)
-        except argparse.ArgumentError:  # declared already by another benchmark of this command
-            pass
+        add_shared(p, *names, **kw)  # each benchmark declares them; one meaning (its own default applied later)
 
 
 def bootstrap_options(args: argparse.Namespace, resamples: int, seed: int) -> dict[str, Any]:

@@ -30,10 +30,6 @@ from .cache import Cache
 from .report import write_outputs, write_report
 from .results import Result, RunResult
 from .run import run
-from . import views as _views  # noqa: F401  (render draws a Graph / RunResult through it)
-from . import notebook
-
-notebook.install()  # Graph, RunResult and Result display themselves in Jupyter (engine/notebook.py)
 
 __all__ = [
     "metric", "provider", "Metric", "Params", "Node", "DeclarationError", "InputError", "GraphError",

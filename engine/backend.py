@@ -8,7 +8,8 @@ A backend is two halves (docs/writing-a-backend.md):
   and ``load()``, which the executor calls on the first cache miss;
 * a :class:`ModelAdapter`: what ``load()`` returns. The executor calls nothing on it but
   the members declared here: ``device``, ``dtype``, ``capabilities()``, ``batch_cost()``,
-  ``budget_hint()``, ``group_budget()``, ``run_batch()`` and ``tokens_used()``.
+  ``budget_hint()``, ``group_budget()``, ``run_batch()`` and ``tokens_used()`` (and, under
+  torchrun for weights split over the ranks, ``lockstep()``).
 
 Why declared: an executor that probed adapters with ``hasattr`` would leave a backend
 author reading the executor to learn what to write. Here the base classes give every
@@ -165,6 +166,12 @@ class ModelAdapter:
         ``executor.served``: e.g. GradNorm's batched or one-backward-per-row rows, and why), or None."""
         return None
 
+    def lockstep(self) -> tuple[Any, int] | None:
+        """For a resource whose weights are split over the job's ranks (``ModelResource.sharded``):
+        the module whose forward passes every rank must make together and a token id a rank
+        without work of its own feeds it (``distributed/lockstep.py``); None when not sharded."""
+        return None
+
     def share_prefixes(self, kind: str, wanted: bool) -> bool:
         """Whether this adapter computes a context once for the requests of a batch that share it
         (``Request.prefix``), asked once per (model, kind) group before it is packed: ``wanted`` is
@@ -202,6 +209,9 @@ class ModelResource:
 
     kind: ClassVar[str] = "model"
     backend: ClassVar[str] = "custom"
+    #: "fsdp", "fsdp2", "zero3": weights split over the job's ranks, so every forward pass is
+    #: made by all of them together (its adapter's ``lockstep()``); None: each rank holds them whole
+    sharded: str | None = None
 
     def fingerprint(self) -> str:
         raise NotImplementedError

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import pydantic
 
 from .declare import Node
+from .hooks import display
 from .menu import MetricMenu
 
 
@@ -64,7 +65,8 @@ class Benchmark:
     description: ClassVar[str] = ""
     Config: ClassVar[type[pydantic.BaseModel]] = pydantic.BaseModel
     metadata: ClassVar[dict] = {}
-    #: data splits its names mention beyond forget / holdout / retain (bands of the graph drawing)
+    #: the data splits its metric names mention (``forget_Q_A_Prob``): the bands of a graph drawing and
+    #: the ``split`` column of ``evaldag export``; the engine knows no split word of its own
     splits: ClassVar[tuple[Any, ...]] = ()  # render.clusters.Split
     #: resource -> the flag that supplies it (the hint when a graph misses that resource)
     resource_flags: ClassVar[dict[str, str]] = {}
@@ -75,6 +77,10 @@ class Benchmark:
     takes_model: ClassVar[bool] = False
     #: the report's trade-off figure over a training run's checkpoints, None: none
     tradeoff: ClassVar[Tradeoff | None] = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture: the plan of the default config, drawn (``notebook.py``; no data or model read)."""
+        return display("benchmark_html", self)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add this benchmark's own options (the CLI adds --out, --cache-dir, --metrics, ...)."""
@@ -110,10 +116,17 @@ class Benchmark:
         run folders (``render.report_html.RunFolder``); default: none."""
         return []
 
-    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+    def item_sample(self, name: str, evals: dict[str, Any], retain: dict[str, Any] | None = None) -> Any:
         """Metric ``name`` of a published ``<GROUP>_EVAL.json`` (``evals``, the whole file) as an
-        ``uncertainty.Sample`` of its items, for ``evaldag compare``'s paired test; None: it has
-        no item-based form (default)."""
+        ``uncertainty.Sample`` of its items, for ``evaldag compare``'s paired test; ``retain``:
+        the reference model's EVAL file the run read (its retain logs), where a metric needs it.
+        None: it has no item-based form (default)."""
+        return None
+
+    def knowledge(self, name: str) -> Any:
+        """The knowledge form (``knowledge.Knowledge``) of metric ``name`` as this benchmark
+        configures it, for robustness scores and the meta-evaluation of metrics; None: it
+        declares none (default)."""
         return None
 
     def input_paths(self, config: Any) -> list[tuple[str, Path]]:

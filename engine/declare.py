@@ -79,6 +79,9 @@ class MetricDef:
     # of its ancestors' results a metric ``uses`` (kind -> fields).
     requests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     uses: Mapping[str, Any] = field(default_factory=dict)
+    # The form of its value in which higher means more knowledge (``knowledge.py``): a
+    # ``Knowledge``, a function of the node's params returning one, or None (none declared).
+    knowledge: Any = None
 
     def __call__(
         self,
@@ -244,6 +247,7 @@ def metric(
     register: bool = True,
     requests: Mapping[str, Mapping[str, Any]] | None = None,
     uses: Mapping[str, Any] | None = None,
+    knowledge: Any = None,
 ) -> Callable[[Callable[..., Any]], MetricDef]:
     """Declare a metric. A generator function declares a scorer (it yields requests).
 
@@ -251,6 +255,9 @@ def metric(
     ``{"model": {"token_stats": ("logprob", "argmax"), "generate": ()}}``; ``uses``: the
     token-statistic fields of its ancestors' results it reads, e.g.
     ``{"token_stats": ("mu", "var")}``. The planner checks both against the backends.
+    ``knowledge``: the form of the value in which higher means more knowledge
+    (``engine/knowledge.py``; or a function of the params returning it), which robustness
+    scores and the meta-evaluation of metrics read; None: the metric has none.
     """
     if not _NAME.match(name):
         raise DeclarationError(f"metric name {name!r} must be an identifier (letters, digits, _ . -)")
@@ -279,6 +286,7 @@ def metric(
             doc=inspect.getdoc(fn) or "",
             requests=dict(requests or {}),
             uses=dict(uses or {}),
+            knowledge=knowledge,
         )
         return REGISTRY.add(m) if register else m
 
@@ -312,6 +320,7 @@ class Metric:
     needs: tuple[str, ...] = ()
     requests: Mapping[str, Mapping[str, Any]] | None = None
     uses: Mapping[str, Any] | None = None
+    knowledge: Any = None
     metric: MetricDef
     instance: "Metric"
 
@@ -323,7 +332,7 @@ class Metric:
         compute = instance.compute
         # Wrap so the declared function keeps the method's signature without `self`.
         cls.metric = metric(cls.name, version=cls.version, params=cls.Params, parents=cls.parents, needs=cls.needs,
-                            requests=cls.requests, uses=cls.uses)(compute)
+                            requests=cls.requests, uses=cls.uses, knowledge=cls.knowledge)(compute)
 
     def compute(self, **inputs: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -9,7 +9,8 @@ pandas is needed only for ``to_pandas()`` and parquet (the ``evaldag[pandas]`` e
 
 * ``benchmark``: the group of the SUMMARY file (``TOFU_SUMMARY.json`` -> ``TOFU``);
 * ``split``: the data split the metric's name points at (``forget_Q_A_Prob`` -> forget),
-  from the generic vocabulary plus the run's benchmarks' own (TOFU's real authors);
+  from the words the run's benchmarks declare (``Benchmark.splits``: forget / holdout / retain
+  from the unlearning benchmarks, TOFU's real authors);
   empty for a metric that mixes splits (model utility, an MIA);
 * ``model``: the evaluated model's path (or hub id) as run.json's provenance records it;
 * ``step``: the training step of a checkpoint (its sweep's ``sweep.json``, its
@@ -28,7 +29,7 @@ from .checkpoints import run_step, step_of
 from .registry import BENCHMARKS
 from .sweepdir import run_folders as sweep_runs
 # the split vocabulary lives with the drawing's bands (render/ is a leaf: importing it pulls nothing else)
-from .render.clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
+from .render.clusters import Split, guess_split, split_vocabulary
 
 COLUMNS = ("run", "model", "benchmark", "metric", "split", "value", "step")  # step: the training step, if known
 PANDAS_EXTRA = "pip install 'evaldag[pandas]'"
@@ -71,8 +72,8 @@ def model_of(provenance: Any) -> str:
 
 
 def splits_for(benchmarks: Iterable[str]) -> tuple[Split, ...]:
-    """The generic splits plus those of the named benchmarks that can be loaded (others: generic only);
-    the registry imports only the benchmarks named."""
+    """The splits the named benchmarks declare (``Benchmark.splits``; a benchmark that cannot be
+    loaded adds none); the registry imports only the benchmarks named."""
     own = []
     for name in benchmarks:
         if name not in BENCHMARKS:
@@ -81,10 +82,10 @@ def splits_for(benchmarks: Iterable[str]) -> tuple[Split, ...]:
             own.append(BENCHMARKS.get(name).splits)
         except Exception:  # noqa: BLE001 - an uninstalled plugin: its extra splits are not guessed
             continue
-    return split_vocabulary(own) if own else GENERIC_SPLITS
+    return split_vocabulary(own)
 
 
-def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Split] = GENERIC_SPLITS,
+def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Split] = (),
          step: int | None = None) -> list[dict]:
     """Long-form rows for one run: ``summaries`` maps a benchmark group to {metric: value}."""
     out = []
@@ -94,6 +95,21 @@ def rows(run: str, model: str, summaries: dict[str, dict], splits: Sequence[Spli
                 continue  # a SUMMARY holds numbers; anything else is not a headline value
             out.append({"run": run, "model": model, "benchmark": bench, "metric": metric,
                         "split": guess_split(metric, splits) or "", "value": value, "step": step})
+    return out
+
+
+def benchmarks_by_group(folder: Path) -> dict[str, Any]:
+    """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
+    meta = _read(folder / "run.json")
+    names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
+    out = {}
+    for n in names:
+        if isinstance(n, str) and n in BENCHMARKS:
+            try:
+                bench = BENCHMARKS.get(n)
+            except Exception:  # noqa: BLE001 - an uninstalled plugin: its metrics get no item-level statistics
+                continue
+            out[bench.group.upper()] = bench
     return out
 
 

@@ -24,6 +24,7 @@ import networkx as nx
 
 from .declare import REGISTRY, DeclarationError, MetricDef, Node, Registry, check_inputs, origin
 from .fingerprint import canonical_params, components, digest, hash_value
+from .hooks import display
 
 
 class GraphError(ValueError):
@@ -92,6 +93,10 @@ class _Frame:
 
 class Graph:
     """The expanded, validated, merged graph of a set of requested metrics."""
+
+    def _repr_svg_(self) -> str:
+        """Jupyter's picture of the graph: its DAG, the SVG ``evaldag graph`` writes (``notebook.py``)."""
+        return display("graph_svg", self)
 
     def __init__(self, nodes: Iterable[Node], registry: Registry = REGISTRY):
         self.registry = registry

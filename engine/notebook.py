@@ -1,21 +1,22 @@
 """How the engine's objects show themselves in a notebook (Jupyter's ``_repr_html_`` / ``_repr_svg_``).
 
-Why a module of its own, installing the methods from outside: ``Graph`` and ``RunResult``
-must not import the renderer (the core knows nothing of drawing, and ``render/`` must
-not be imported back into the modules it draws), yet a researcher who ends a cell with
-``result`` expects a picture, not 16,000 characters of arrays. :func:`install` adds the
-display methods to the classes; ``evaldag.engine`` calls it on import, so anyone who
-imports the public API gets them. The drawing is the same SVG ``evaldag graph`` writes
-(statuses and values on the boxes); each method draws only when called.
+Why a module of its own: ``Graph`` and ``RunResult`` must not import the renderer (the core
+knows nothing of drawing, and ``render/`` must not be imported back into the modules it
+draws), yet a researcher who ends a cell with ``result`` expects a picture, not 16,000
+characters of arrays. So each class declares its display methods in its own body, and they
+call :func:`evaldag.engine.hooks.display`, whose table (``hooks.DISPLAY``) names the functions
+below by reference: this module, and the renderer with it, is imported the first time a
+notebook shows an object, and importing ``evaldag.engine`` attaches and registers nothing.
+The drawing is the same SVG ``evaldag graph`` writes (statuses and values on the boxes).
 
-* ``Graph``: its DAG (``_repr_svg_``);
-* ``RunResult``: a one-line status, the metrics table (group, metric, value, status,
-  reason) and the DAG with statuses (``_repr_html_``);
-* ``Result``: its value, reason, the number of items and the extra keys;
-* ``Benchmark``: the plan of its default config, drawn (``Graph(bench.plan(cfg))`` draws
-  another config's plan);
-* ``RunResult.to_pandas()``: the long table of :mod:`evaldag.engine.export`, installed here
-  for the same reason (results.py must not import the export, which reads the benchmarks).
+* ``Graph._repr_svg_``: its DAG (:func:`graph_svg`);
+* ``RunResult._repr_html_``: a one-line status, the metrics table (group, metric, value,
+  status, reason) and the DAG with statuses (:func:`run_result_html`);
+* ``Result._repr_html_``: its value, reason, the number of items and the extra keys;
+* ``Benchmark._repr_html_``: the plan of its default config, drawn (``Graph(bench.plan(cfg))``
+  draws another config's plan);
+* ``RunResult.to_pandas()``: the long table of :mod:`evaldag.engine.export`, reached the same
+  way (results.py must not import the export, which reads the benchmarks).
 """
 
 from __future__ import annotations
@@ -95,12 +96,8 @@ def benchmark_html(bench: Any) -> str:
 
 
 def install() -> None:
-    """Give the classes their notebook displays (idempotent)."""
-    Graph._repr_svg_ = graph_svg  # type: ignore[attr-defined]
-    RunResult._repr_html_ = run_result_html  # type: ignore[attr-defined]
-    Result._repr_html_ = result_html  # type: ignore[attr-defined]
-    Benchmark._repr_html_ = benchmark_html  # type: ignore[attr-defined]
-    RunResult.to_pandas = to_pandas  # type: ignore[attr-defined]
+    """Nothing to do: the classes declare their displays and ``hooks.DISPLAY`` finds this module.
+    Kept so that code calling it keeps working."""
 
 
 def to_pandas(result: RunResult, run: str = "") -> Any:

@@ -13,8 +13,9 @@ both hand it here and run what comes back.
 ``--model`` exists exactly when a named benchmark ``takes_model``: repeatable, each value a
 checkpoint folder, a hub id, a glob or ``@FILE`` (``sweep_plan.expand_models``); the configs
 are read with the first checkpoint as ``model``, and a sweep gives each checkpoint its own
-copy (``Benchmark.for_model``). Model backends add their qualifiers beside ``--model`` in
-``benchmarks/common.py`` and read them in ``config_from_args``.
+copy (``Benchmark.for_model``). A model's backend settings are ``--model-arg [ROLE:]KEY=VALUE``
+(``adapters/model_args.py``), one flag for every backend and role, checked by the backend the
+model's scheme names (``adapters/spec.py``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from typing import Any, Iterable
 
 from . import transforms
 from .adapters import spec
+from .adapters.model_args import parse_roles, split_role
 from .argtypes import positive_float, positive_int
 from .benchmark import Benchmark
 from .distributed import launch
 from .menu import did_you_mean
+from .option_owners import declare
 from .session import RunOptions
 from .session_sweep import SweepOptions
 from .sweep_plan import expand_models
@@ -133,13 +136,14 @@ def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> N
     r.add_argument("-j", "--n-jobs", type=positive_int, default=1, help="parallel CPU workers for aggregators (joblib)")
     r.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget per batch (default: per device)")
     r.add_argument("--refresh", choices=["nodes", "requests", "all"], default=None,
-                   help="nodes: recompute every node from the cached model answers; requests: also ask the model "
-                        "again for every request, replacing the cached answers; all: also re-hash the model files")
-    r.add_argument("--force", dest="refresh", action="store_const", const="nodes", help="the same as --refresh nodes")
-    r.add_argument("--progress", action="store_true", default=None,
+                   help="nodes: recompute every node from the cached model answers (--force says the same); requests: "
+                        "also ask the model again for every request, replacing the cached answers; all: also re-hash "
+                        "the model files")
+    r.add_argument("--force", dest="refresh", action="store_const", const="nodes", help=argparse.SUPPRESS)
+    r.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show progress bars (model tokens; aggregator stages longer than a second) also when "
-                        "stderr is not a terminal: plain lines every few seconds (default: bars only on a terminal)")
-    r.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bars, even on a terminal")
+                        "stderr is not a terminal: plain lines every few seconds; --no-progress: none, even on a "
+                        "terminal (default: bars only on a terminal)")
     r.add_argument("--quiet", action="store_true", help="print only errors (failures always print); no progress bars")
     r.add_argument("--rehash", action="store_true", help="hash model files again, ignoring the cache's file-hash memo")
     r.add_argument("--deterministic", action="store_true",
@@ -156,8 +160,19 @@ def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> N
     r.add_argument("--select", default=None, metavar="RULE",
                    help="pick the best checkpoint of a sweep, e.g. \"max model_utility where forget_quality >= 0.05\" "
                         "or \"pareto\"; printed and recorded in OUT/sweep.json (\"selected\")")
-    for b in benches:
-        b.add_arguments(r)
+    declare(r, benches)  # one owner per option: a clash between two benchmarks fails here, naming both
+    if len(benches) == 1:  # --tofu-data is --data when TOFU runs alone: one line in --help, not two
+        hide_twins(r, benches[0].name)
+
+
+def hide_twins(parser: argparse.ArgumentParser, bench: str) -> None:
+    """``--<bench>-X`` beside a shared ``--X`` (``--tofu-data``, ``--tofu-retain-logs``) says the
+    same when the run has one benchmark: still parsed, left out of ``--help``."""
+    for action in parser._actions:
+        twin = [o for o in action.option_strings if o.startswith(f"--{bench}-")
+                and "--" + o[len(bench) + 3:] in parser._option_string_actions]
+        if twin:
+            action.help = argparse.SUPPRESS
 
 
 @dataclass(frozen=True)
@@ -204,6 +219,24 @@ def configs(args: argparse.Namespace, benches: list[Benchmark], model: str | Non
     return [b.config_from_args(args) for b in benches]
 
 
+def model_roles(benches: Iterable[Benchmark]) -> tuple[str, ...]:
+    """The ``ROLE:`` words ``--model-arg`` takes in a run of ``benches``: ``model`` and each
+    ``<role>_model`` resource a benchmark names (TOFU: retain, reference)."""
+    roles = {r.removesuffix("_model") for b in benches for r in getattr(b, "resource_flags", {}) if r.endswith("_model")}
+    return ("model", *sorted(roles))
+
+
+def role_pairs(items: Iterable[str] | None, role: str = "model") -> dict[str, str]:
+    """The ``--model-arg`` pairs of one role (``model``: those without ``ROLE:``)."""
+    return parse_roles([i for i in items or () if split_role(i)[0] == role], (role,)).get(role, {})
+
+
+def check_model_roles(args: argparse.Namespace, benches: list[Benchmark]) -> None:
+    """Every ``--model-arg ROLE:`` names a model some benchmark of the run takes (one line otherwise)."""
+    roles = model_roles(benches)
+    parse_roles(getattr(args, "model_arg", None), roles)
+
+
 def check_attacked_specs(attacks: tuple, models: list[str | None]) -> None:
     """A model attack on a ``--model`` whose backend cannot hand over its weights (``openai:``,
     ``vllm:``, ``replay:``, ``toy:``) is refused from the spec alone, before a server is asked
@@ -223,6 +256,7 @@ def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] 
     RunOptions fields (the callback's ``resources``). Raises OSError / ValueError (a bad
     ``--model`` glob or file, a config that does not validate)."""
     models = model_specs(args)
+    check_model_roles(args, benches)
     attacks = tuple(transforms.parse(a) for a in getattr(args, "attack", None) or ())
     check_attacked_specs(attacks, models)
     cfgs = configs(args, benches, models[0])
@@ -237,6 +271,6 @@ def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] 
     sweep = SweepOptions(
         models=tuple(models), shard=getattr(args, "shard", None), parallel=getattr(args, "parallel", "auto"),
         select=getattr(args, "select", None), step_of=tuple(getattr(args, "step_of", None) or ()),
-        adapter_base=getattr(args, "adapter_base", None),
+        adapter_base=role_pairs(getattr(args, "model_arg", None)).get("adapter_base"),
         metric_names=tuple(w for b in benches for w in metric_names(b, args)) if getattr(args, "select", None) else ())
     return Parsed(list(benches), cfgs, options, sweep)

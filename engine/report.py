@@ -28,7 +28,9 @@ from .redact import redact_text
 from .render.report_html import RunFolder, load_run_folder
 from .render.report_html import build_report_html as _build_page
 from .results import RunResult
+from .paired_report import PairedRuns  # each run against the previous, item by item
 from .training_report import TrainingCurves  # metric against step, the trade-off figure
+from .robustness_views import RobustnessSection  # ROBUSTNESS.json beside a run
 
 
 def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCHMARKS) -> list[Benchmark]:
@@ -50,7 +52,7 @@ def benchmarks_of(runs: Iterable[RunFolder], registry: BenchmarkRegistry = BENCH
 
 
 def splits_of(benchmarks: Iterable[Benchmark]) -> tuple[Split, ...]:
-    """The generic data splits plus the benchmarks' own (the bands of a graph drawing)."""
+    """The data splits the benchmarks declare, as one vocabulary (the bands of a graph drawing)."""
     return split_vocabulary(b.splits for b in benchmarks)
 
 
@@ -69,7 +71,8 @@ def runs_of(out_dirs: Sequence[str | os.PathLike], shown: Sequence[str | os.Path
 def _plugins(runs: list[RunFolder], registry: BenchmarkRegistry) -> list[Any]:
     """The runs' benchmarks, and the training curves with the trade-offs those benchmarks declare."""
     benches = benchmarks_of(runs, registry)
-    return [*benches, TrainingCurves([b.tradeoff for b in benches if getattr(b, "tradeoff", None)])]
+    return [*benches, TrainingCurves([b.tradeoff for b in benches if getattr(b, "tradeoff", None)]), PairedRuns(benches),
+            RobustnessSection()]
 
 
 def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,

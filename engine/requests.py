@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .hooks import NameTable
+
 # Bump when the way a request is computed changes (e.g. the stats kernel); it is part
 # of every request key, so old cached results are not reused.
 REQUEST_SCHEMA = "1"
@@ -288,10 +290,18 @@ class HiddenStatesResult(ArrayResult):
 
 # ----------------------------------------------------------------------------- the kind registry
 
-# kind -> request class / result class. Filled by register_kind: the engine's own kinds
-# below, a plugin's when its module is imported (the cache codec finds result types here).
-REQUEST_TYPES: dict[str, type[Request]] = {}
-RESULT_TYPES: dict[str, type] = {}
+# kind -> request class / result class, one NameTable each (hooks.py: a second owner of a kind
+# is refused, an unknown kind is an error naming the known ones). The engine's own kinds are
+# declared here with their classes. A plugin's kind is registered by ``register_kind`` in the
+# module that defines it, on import, and deliberately so: the registration is part of the
+# kind's definition (as ``@metric`` is of a metric's), every scorer that yields the kind
+# imports that module, and a stored result of a kind whose module is not imported is read as
+# a miss (cache/requests.py), never as a wrong value.
+REQUEST_TYPES: NameTable[type[Request]] = NameTable("request kind", {
+    c.kind: c for c in (TokenStats, Generate, GenerateText, HiddenStates)})
+RESULT_TYPES: NameTable[type] = NameTable("request result", {
+    TokenStats.kind: TokenStatsResult, Generate.kind: GenerateResult, GenerateText.kind: GenerateResult,
+    HiddenStates.kind: HiddenStatesResult})
 
 
 def too_large(kind: str, arrays: dict) -> bool:
@@ -307,25 +317,16 @@ def register_kind(request_cls: type[Request], result_cls: type) -> None:
     A plugin calls this when its module is imported, then registers a handler with the
     backends that serve the kind (``HFAdapter.handlers.add``); no engine module changes.
     """
-    kind = request_cls.kind
-    old = REQUEST_TYPES.get(kind)
-    if old is not None and (old.__module__, old.__qualname__) != (request_cls.__module__, request_cls.__qualname__):
-        raise ValueError(f"request kind {kind!r} is already registered by {old.__module__}.{old.__qualname__}")
-    REQUEST_TYPES[kind], RESULT_TYPES[kind] = request_cls, result_cls
+    REQUEST_TYPES.add(request_cls.kind, request_cls)
+    RESULT_TYPES[request_cls.kind] = result_cls
 
 
 def kind_of(kind: str) -> type[Request]:
     """The request class of ``kind``; an unknown kind is an error naming the known ones."""
-    if kind not in REQUEST_TYPES:
-        raise KeyError(f"unknown request kind {kind!r}; registered: {', '.join(sorted(REQUEST_TYPES))}")
-    return REQUEST_TYPES[kind]
+    return REQUEST_TYPES.need(kind)
 
 
 def result_type(kind: str) -> type:
     kind_of(kind)
     return RESULT_TYPES[kind]
 
-
-for _req, _res in ((TokenStats, TokenStatsResult), (Generate, GenerateResult), (GenerateText, GenerateResult),
-                   (HiddenStates, HiddenStatesResult)):
-    register_kind(_req, _res)

@@ -26,6 +26,7 @@ import networkx as nx
 
 from .cache import Cache, codec
 from .graph import Graph, Vertex
+from .hooks import display
 from .redact import redact
 
 STATUSES = ("computed", "cached", "failed", "skipped")
@@ -38,6 +39,10 @@ class Result:
     value_by_index: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter's table: the value, the reason, the number of items, the extra keys (``notebook.py``)."""
+        return display("result_html", self)
 
     def __post_init__(self) -> None:
         if self.value_by_index is not None:
@@ -181,6 +186,15 @@ class RunResult:
         """One line (the dataclass repr printed every loaded array): ok, node counts, seconds."""
         counts = ", ".join(f"{self.count(s)} {s}" for s in STATUSES if self.count(s))
         return f"<RunResult ok={self.ok} nodes={len(self.records)} ({counts or 'none'}) wall={self.wall_seconds:.2f}s>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: a one-line status, the metrics table and the DAG with statuses (``notebook.py``)."""
+        return display("run_result_html", self)
+
+    def to_pandas(self, run: str = "") -> Any:
+        """The headline values as a long table (run, model, benchmark, metric, split, value, step), the
+        rows ``evaldag export`` writes (``export.py``); pandas: ``pip install 'evaldag[pandas]'``."""
+        return display("to_pandas", self, run)
 
     def value(self, name: str) -> Any:
         """A node's value by display name (loaded from the store if it was cached)."""

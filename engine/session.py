@@ -52,6 +52,7 @@ from .report import write_report_html
 from .resources import MissingResource, ResourceSet
 from .results import RunResult
 from .run import execute
+from .robustness_report import FILE as ROBUSTNESS_FILE, robustness, write_into_run
 from .transforms import Transform, TransformError, derive_resources
 
 
@@ -174,8 +175,9 @@ def check_out(out: Path, benches: Sequence[Any], cfgs: Sequence[Any], report: bo
 def error_line(e: Exception, benches: Sequence[Any]) -> str:
     """The run's one error line, with the flag that supplies a missing resource when one does."""
     flags = {res: flag for b in benches for res, flag in getattr(b, "resource_flags", {}).items()}
-    hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in str(e)]
-    return f"evaldag: error: {config_error(e)}" + (f" ({'; '.join(hints)})" if hints else "")
+    line = config_error(e)  # a validation error's input (every field, 'model' among them) is no missing resource
+    hints = [f"pass {flag}" for res, flag in flags.items() if f"'{res}'" in line]
+    return f"evaldag: error: {line}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def interrupted(cache: Cache | None, executor: Executor | None) -> str:
@@ -245,6 +247,9 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
             raise
         print(interrupted(held.get("cache"), held.get("executor")), file=sys.stderr)
         return Outcome(130, out, held.get("result"))
+    finally:  # a run from Python leaves no open database behind (the command line's process ends anyway)
+        if held.get("cache") is not None:
+            held["cache"].close()
 
 
 def attack_options(options: RunOptions, transform: Transform) -> RunOptions:
@@ -283,7 +288,27 @@ def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group |
         code = max(code, attacked.code)
         if attacked.code in (2, 130):
             break
+    else:
+        if group is None or group.rank == 0:
+            _robustness(benches, options)
     return Outcome(code, plain.out, plain.result)
+
+
+def _robustness(benches: list, options: RunOptions) -> None:
+    """``OUT/ROBUSTNESS.json`` from the plain run and its attacked runs (``robustness_report.py``),
+    and the report redrawn with its section. Relearning's R needs the retain model's own runs
+    before and after (``evaldag robustness OUT --retain OUT_R``); here it says so, by metric."""
+    out = options.out_dir
+    try:
+        data = robustness(out, {t.folder(): out / "attacks" / t.folder() for t in options.attacks})
+        path = write_into_run(out, data)
+        if options.report:
+            write_report_html([out], out / "report.html", title=f"evaldag report: {', '.join(b.name for b in benches)}")
+    except (ValueError, OSError) as e:  # the runs' own files are published: say what is missing, keep them
+        print(f"evaldag: warning: no {ROBUSTNESS_FILE} ({e})", file=sys.stderr)
+        return
+    if not options.quiet:
+        print(f"robustness of each metric under the model attacks: {path}")
 
 
 def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_only: bool, held: dict) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from . import selection
 from .checkpoints import run_step
 from .render.curves import curve_svg, tradeoff_svg
+from .paired_report import INTERVALS  # the interval files' group suffix
 from .render.report_html import RunFolder, Section
 
 
@@ -40,6 +41,23 @@ def _numbers(r: RunFolder) -> dict[str, float | None]:
     return out
 
 
+def _block(r: RunFolder, metric: str) -> dict:
+    for group, evals in sorted(r.evals.items()):
+        if group.endswith(INTERVALS) and isinstance((evals or {}).get(metric), dict):
+            return evals[metric]
+    return {}
+
+
+def _interval(r: RunFolder, metric: str) -> list | None:
+    """The metric's percentile interval from the run's ``<GROUP>_INTERVALS_EVAL.json`` (None: none written)."""
+    return _block(r, metric).get("percentile")
+
+
+def _level(stepped: list, metric: str) -> float:
+    levels = [_block(r, metric).get("confidence_level") for r, *_ in stepped]
+    return next((v for v in levels if isinstance(v, float)), 0.95)
+
+
 class TrainingCurves:
     """A report plugin (``render.report_html.ReportPlugin``) that is no benchmark; ``tradeoffs``:
     those the runs' benchmarks declare (the first one the runs have both names of is drawn)."""
@@ -58,7 +76,9 @@ class TrainingCurves:
         if len(stepped) < 2:
             return []
         metrics = list(dict.fromkeys(k for *_, nums in stepped for k, v in nums.items() if v is not None))
-        charts = [c for m in metrics if (c := curve_svg(m, [(s, nums.get(m)) for _, _, s, nums in stepped]))]
+        bars = {m: {s: b for r, _, s, _ in stepped if (b := _interval(r, m)) is not None} for m in metrics}
+        charts = [c for m in metrics if (c := curve_svg(m, [(s, nums.get(m)) for _, _, s, nums in stepped], bars=bars[m],
+                                                        level=_level(stepped, m)))]
         trade = self._tradeoff(rows)
         html = '<div class="ed-curves">' + "\n".join(([trade] if trade else []) + charts) + "</div>"
         return [Section("Training curves", html, order=15, id="curves")]

@@ -40,7 +40,7 @@ from .menu import did_you_mean
 
 TRANSFORM_GROUP = "evaldag.transforms"
 #: name -> "module:Class" of the transforms evaldag ships (found without an installed entry point)
-BUILTIN = {"quantize": "evaldag.engine.quantize:Quantize"}
+BUILTIN = {"quantize": "evaldag.engine.quantize:Quantize", "relearn": "evaldag.engine.relearn_transform:Relearn"}
 _REGISTERED: dict[str, type["Transform"]] = {}
 
 
@@ -107,6 +107,11 @@ class Transform:
         """This transform for one run whose (lazy) resources are ``resources``, deriving ``role``;
         a transform that trains takes its data from there. Default: itself."""
         return self
+
+    def scored(self, resources: dict[str, Any]) -> dict[str, Any]:
+        """The run's resources as the derived models' run scores them, once they are derived. Default:
+        unchanged; a transform that trains on part of a split scores the rest (relearn's disjoint variant)."""
+        return resources
 
     def capabilities(self, caps: Any) -> Any:
         """What the derived model serves, from its parent's ``Capabilities`` (default: the same)."""
@@ -206,7 +211,9 @@ def derive_resources(resources: dict[str, Any], transform: Transform, flag: str 
     out = dict(resources)
     if not any(out.get(role) is not None for role in transform.roles):
         raise TransformError(f"{flag} {transform.text}: this run has no {' or '.join(transform.roles)} to attack")
+    bound = None
     for role in transform.roles:
         if out.get(role) is not None:
-            out[role] = derive(out[role], transform.bind(out, role), role, flag)
-    return out
+            bound = transform.bind(resources, role)
+            out[role] = derive(out[role], bound, role, flag)
+    return bound.scored(out) if bound is not None else out

@@ -16,6 +16,13 @@ three splits of model utility) and the statistic that turns them into the headli
   A's and B's value item by item (for a mean, the sign-flip test on the per-item
   differences): exact over all ``2**n`` swaps when ``n <= EXACT_MAX`` items, seeded
   Monte Carlo otherwise.
+* :func:`cluster_interval`: a pool of runs of one method (training seeds) on the same items:
+  seeds and items drawn independently (a crossed bootstrap), the mean over the drawn seeds of
+  the metric on the drawn items, so seed-to-seed variance is inside the interval;
+  :func:`pooled_paired`: two such pools (two methods) on the same items, B - A.
+* :func:`paired_series`: :func:`paired` along a series of runs (a sweep's checkpoints, a model
+  before and after each attack), each against the previous or the first, Holm and
+  Benjamini-Hochberg over the family (:func:`adjust`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -137,6 +144,100 @@ def align(a: Sample, b: Sample) -> tuple[Sample, Sample, dict[str, int]]:
     return (Sample(a.names, tuple(ka), tuple(va), a.stat, a.notes), Sample(b.names, tuple(kb), tuple(vb), b.stat, b.notes), dropped)
 
 
+def _common(samples: Sequence[Sample]) -> tuple[list[Sample], dict[str, int]]:
+    """Every sample cut to the items all of them scored (by key, per stratum, in the first's
+    order); per stratum, how many items some sample lost."""
+    names = samples[0].names
+    if any(s.names != names for s in samples):
+        raise ValueError(f"strata differ: {sorted({s.names for s in samples})}")
+    keep = [set.intersection(*(set(s.keys[i]) for s in samples)) for i in range(len(names))]
+    out = []
+    for s in samples:
+        keys, vals = [], []
+        for i, (k, v) in enumerate(zip(s.keys, s.values)):
+            where = {key: j for j, key in enumerate(k)}
+            order = [key for key in samples[0].keys[i] if key in keep[i]]
+            keys.append(tuple(order)), vals.append(v[[where[key] for key in order]])
+        out.append(Sample(s.names, tuple(keys), tuple(vals), s.stat, s.notes))
+    lost = {n: sum(len(s.keys[i]) for s in samples) - len(samples) * len(keep[i]) for i, n in enumerate(names)}
+    return out, {n: k for n, k in lost.items() if k}
+
+
+def _pooled(pools: list[list[Sample]], labels: list[str], signs: list[float]) -> Sample:
+    """A Sample whose strata are each pool's seed positions (a pool of one run has none: it is
+    not resampled) and then the shared strata of items; its value is the signed sum over pools
+    of the mean over drawn seeds of the metric on the drawn items."""
+    first = pools[0][0]
+    seeded = [i for i, p in enumerate(pools) if len(p) > 1]
+
+    def one(run: Sample, rows: tuple[np.ndarray, ...]) -> float:
+        return run.stat(*(v[r] for v, r in zip(run.values, rows)))
+
+    def stat(*vals: np.ndarray) -> float:
+        drawn = dict(zip(seeded, vals[:len(seeded)]))
+        rows = vals[len(seeded):]
+        return float(sum(sg * np.mean([one(p[int(s)], rows) for s in drawn.get(i, [0])]) for i, (p, sg) in enumerate(zip(pools, signs))))
+
+    names = tuple(labels[i] for i in seeded) + first.names
+    keys = tuple(tuple(str(j) for j in range(len(pools[i]))) for i in seeded) + first.keys
+    values = tuple(np.arange(len(pools[i])) for i in seeded) + tuple(np.arange(len(k)) for k in first.keys)
+    return Sample(names, keys, values, stat)
+
+
+def _seed_spread(runs: list[Sample]) -> tuple[list[float | None], float | None]:
+    each = [_finite(r.value()) for r in runs]
+    ok = [v for v in each if v is not None]
+    return each, (float(np.std(ok, ddof=1)) if len(ok) > 1 else None)
+
+
+def cluster_interval(samples: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
+    """The interval of a metric over a pool of runs (one per training seed) on the same items.
+
+    Seeds and each stratum's items are resampled independently (``scipy.stats.bootstrap``'s
+    multi-sample resampling, seed positions as the first sample): a resample's value is the
+    mean over its drawn seeds of the metric on its drawn items. The point value is the mean
+    of the seeds' values; ``per_seed`` and ``between_seeds_sd`` say how far apart the seeds
+    are. One seed: the item interval of :func:`interval`.
+    """
+    if not samples:
+        raise ValueError("no runs to pool")
+    runs, dropped = _common(list(samples))
+    out = interval(runs[0] if len(runs) == 1 else _pooled([runs], ["seeds"], [1.0]), n_resamples, seed, level)
+    out["n_items"] = {"seeds": len(runs), **{k: v for k, v in out["n_items"].items() if k != "seeds"}}
+    out["value"] = _finite(np.mean([r.value() for r in runs]))
+    out["per_seed"], out["between_seeds_sd"] = _seed_spread(runs)
+    if dropped:
+        out["unpaired_items"] = dropped
+    return out
+
+
+def pooled_paired(a: Sequence[Sample], b: Sequence[Sample], n_resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
+    """Two methods, each a pool of runs (training seeds) on the same items: B's mean over its
+    seeds minus A's, its interval with A's seeds, B's seeds and the items drawn independently
+    (items shared, so paired by item), and each pool's own :func:`cluster_interval`
+    (``a_interval``, ``b_interval``). No permutation test (the seeds are not paired); the
+    verdict is the interval's."""
+    if not a or not b:
+        raise ValueError("an empty pool")
+    runs, dropped = _common([*a, *b])
+    ra, rb = runs[:len(a)], runs[len(a):]
+    iv = interval(_pooled([ra, rb], ["seeds A", "seeds B"], [-1.0, 1.0]), n_resamples, seed, level)
+    va, vb = _finite(np.mean([r.value() for r in ra])), _finite(np.mean([r.value() for r in rb]))
+    (pa, sa), (pb, sb) = _seed_spread(ra), _seed_spread(rb)
+    out = {"a": va, "b": vb, "delta": _finite(vb - va) if va is not None and vb is not None else None,
+           "percentile": iv["percentile"], "BCa": iv["BCa"], "se": iv["se"], "mde": minimum_detectable(iv["se"], level),
+           "p_value": None, "exact": False, "permutations": 0, "interval_only": True,
+           "n_items": {"seeds A": len(ra), "seeds B": len(rb), **{k: v for k, v in iv["n_items"].items() if not k.startswith("seeds")}},
+           "per_seed": {"a": pa, "b": pb}, "between_seeds_sd": {"a": sa, "b": sb},
+           "a_interval": cluster_interval(ra, n_resamples, seed, level)["percentile"],
+           "b_interval": cluster_interval(rb, n_resamples, seed, level)["percentile"],
+           "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
+    if dropped:
+        out["unpaired_items"] = dropped
+    out["verdict"] = verdict(out, level)
+    return out
+
+
 def _swapped(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], masks: list[np.ndarray]) -> tuple[list, list]:
     """A and B with the items under ``masks`` exchanged."""
     a2, b2 = [], []
@@ -195,15 +296,58 @@ def paired(a: Sample, b: Sample, n_resamples: int, seed: int, level: float = 0.9
     out = {"a": _finite(a.value()), "b": _finite(b.value()), "delta": delta, "percentile": iv["percentile"], "BCa": iv["BCa"],
            "se": iv["se"], "mde": minimum_detectable(iv["se"], level), "p_value": p, "exact": exact, "permutations": perms, "n_items": iv["n_items"],
            "confidence_level": level, "n_resamples": n_resamples, "seed": seed}
+    out["items_needed"] = items_needed(out["mde"], delta, sum(iv["n_items"].values()))
     if dropped:
         out["unpaired_items"] = dropped
     out["verdict"] = verdict(out, level)
     return out
 
 
+def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`paired` results tested at once: each gets ``p_holm`` and ``p_bh``, and a verdict
+    that only the unadjusted p carried becomes ``inside the noise after Holm's adjustment``."""
+    ps = [r.get("p_value") for r in rows]
+    for r, p, q in zip(rows, holm(ps), benjamini_hochberg(ps)):
+        r["p_holm"], r["p_bh"] = p, q
+        if p is not None and r.get("verdict") in ("B > A", "B < A") and p >= 1 - r.get("confidence_level", 0.95):
+            r["verdict"] = "inside the noise after Holm's adjustment"
+    return rows
+
+
+def paired_series(runs: Mapping[str, Sample], against: str = "previous", n_resamples: int = 1000, seed: int = 0,
+                  level: float = 0.95) -> list[dict[str, Any]]:
+    """One metric along a series of runs (label -> its items, in series order): each run
+    against the ``"previous"`` one or the ``"first"``, a :func:`paired` result per pair with
+    ``a_run`` and ``b_run``, Holm and BH over the pairs (:func:`adjust`). A caller testing
+    several metrics at once passes all their rows through :func:`adjust` itself."""
+    if against not in ("previous", "first"):
+        raise ValueError(f"against={against!r}: want 'previous' or 'first'")
+    labels = list(runs)
+    rows = []
+    for i in range(1, len(labels)):
+        a = labels[i - 1] if against == "previous" else labels[0]
+        try:
+            row = paired(runs[a], runs[labels[i]], n_resamples, seed, level)
+        except ValueError as e:
+            row = {"verdict": f"no test ({e})", "p_value": None}
+        rows.append({"a_run": a, "b_run": labels[i], **row})
+    return adjust(rows)
+
+
+def items_needed(mde: float | None, delta: float | None, n: int) -> int | None:
+    """How many items a test at the same level and power needs to find a difference of
+    ``delta``: the standard error falls as ``1/sqrt(n)``, so ``n * (mde / |delta|)**2``
+    (None without a difference or a standard error)."""
+    if mde is None or not delta or n < 1:
+        return None
+    return int(math.ceil(n * (mde / abs(delta)) ** 2))
+
+
 def verdict(row: dict[str, Any], level: float = 0.95) -> str:
     """``B > A``, ``B < A`` or ``inside the noise`` (or why there is no verdict)."""
     ci, p = row.get("percentile"), row.get("p_value")
+    if p is None and row.get("interval_only"):
+        p = 0.0  # a pooled comparison: the interval alone decides
     if ci is None or p is None or row.get("delta") is None:
         return "no test (too few paired items or a NaN value)"
     if ci[0] <= 0.0 <= ci[1] or p >= 1.0 - level:

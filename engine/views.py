@@ -4,9 +4,14 @@ draws.
 
 ``render/`` is a leaf: it draws a View and reads a finished run's files, and imports
 nothing of the engine. What needs the engine (a graph's vertices, a node store to say
-which nodes are cached, a result's records and loaded values) is read here, and this
-module hands ``render.as_view`` its builder, so ``render.to_mermaid(nodes)`` keeps
-drawing a Graph, a RunResult or configured metrics whenever ``evaldag.engine`` is imported.
+which nodes are cached, a result's records and loaded values) is read here. ``render.as_view``
+names :func:`view_of` by reference (``render.view.ENGINE_BUILDER``) and imports this module
+the first time it draws something that is not a View, so ``render.to_mermaid(nodes)`` draws
+a Graph, a RunResult or configured metrics without this module registering itself on import.
+
+The bands by data split use the words of the benchmarks the source ran (``Benchmark.splits``:
+a run folder's ``run.json`` names them; a Graph or a RunResult, by its groups, ``TOFU`` ->
+tofu's), unless ``splits`` is given; the engine itself knows no split word.
 """
 
 from __future__ import annotations
@@ -16,17 +21,36 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .cache import Cache
+from .export import splits_for
 from .graph import Graph
 from .outfolder import set_folder
-from .render.clusters import GENERIC_SPLITS, Split
-from .render.view import (EdgeView, NodeView, View, add_resource_nodes, add_view_builder, display_name, finish_view,
+from .render.clusters import Split
+from .render.view import (EdgeView, NodeView, View, add_resource_nodes, display_name, finish_view,
                           from_run_dir, headline)
+from .report import benchmarks_of, runs_of, splits_of
 from .results import RunResult
+
+
+def _graph_splits(graph: Any, splits: Sequence[Split] | None) -> Sequence[Split]:
+    """``splits``, else those of the benchmarks whose groups the graph names (as ``export`` guesses them)."""
+    if splits is not None:
+        return splits
+    return splits_for(g.lower() for g in getattr(graph, "groups", ()) if g)
+
+
+def _folder_splits(folders: Sequence[str | os.PathLike], splits: Sequence[Split] | None) -> Sequence[Split]:
+    """``splits``, else those of the benchmarks the run folders ran (run.json, else their EVAL files)."""
+    if splits is not None:
+        return splits
+    try:
+        return splits_of(benchmarks_of(runs_of(folders)))
+    except (OSError, ValueError):  # a folder that is not a run: from_run_dir says what is wrong
+        return ()
 
 
 def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, values: dict | None = None,
                show_resources: bool = False, title: str | None = None, meta: dict | None = None,
-               splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+               splits: Sequence[Split] | None = None) -> View:
     """A view of an engine Graph: the plan, or a run when ``records``/``values`` are given.
 
     ``store`` (a Store or a folder) marks nodes whose fingerprint it already holds as
@@ -63,11 +87,11 @@ def from_graph(graph: Any, *, store: Any = None, records: dict | None = None, va
         providers = getattr(getattr(graph, "registry", None), "providers", {}) or {}
         add_resource_nodes(nodes, edges, providers)
     mode = "run" if records else "plan"
-    return finish_view(nodes, edges, mode, title or f"evaldag {mode}", meta or {}, splits)
+    return finish_view(nodes, edges, mode, title or f"evaldag {mode}", meta or {}, _graph_splits(graph, splits))
 
 
 def from_run_result(result: Any, *, show_resources: bool = False, title: str | None = None,
-                    splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+                    splits: Sequence[Split] | None = None) -> View:
     """The run view of a RunResult still in memory (values read from the store if needed)."""
     values = {}
     for v in result.graph.order():
@@ -88,14 +112,16 @@ def run_dir_view(folder: str | os.PathLike, **kw: Any) -> View:
     of two runs, even while a run publishes the next)."""
     given = Path(folder)
     given = given.parent if given.is_file() else given  # run.json itself
+    kw["splits"] = _folder_splits([given], kw.get("splits"))
     return from_run_dir(set_folder(given), shown=given, **kw)
 
 
 def runs_view(runs: Sequence[tuple[str, Path]], *, show_resources: bool = False, title: str | None = None,
-              splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+              splits: Sequence[Split] | None = None) -> View:
     """Several runs as one picture (a sweep's OUT): each checkpoint's nodes named after it,
     and the work they share (the retain model's, computed once and cached for the others:
     one fingerprint) drawn once, in the shared band."""
+    splits = _folder_splits([folder for _, folder in runs], splits)
     if len(runs) == 1:
         return run_dir_view(runs[0][1], show_resources=show_resources, title=title, splits=splits)
     nodes: list[NodeView] = []
@@ -112,7 +138,7 @@ def runs_view(runs: Sequence[tuple[str, Path]], *, show_resources: bool = False,
 
 
 def view_of(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
-            splits: Sequence[Split] = GENERIC_SPLITS) -> View | None:
+            splits: Sequence[Split] | None = None) -> View | None:
     """A RunResult, a Graph or configured metrics as a View; None for anything else."""
     kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, (str, os.PathLike)):
@@ -125,7 +151,5 @@ def view_of(source: Any, *, store: Any = None, show_resources: bool = False, tit
         return from_graph(Graph(list(source)), store=store, **kw)
     return None
 
-
-add_view_builder(view_of)
 
 __all__ = ["from_graph", "from_run_result", "run_dir_view", "runs_view", "view_of"]

@@ -45,7 +45,8 @@ from tests.realmodel import smollm  # noqa: E402,F401
 # Under `pytest -n N --dist loadfile` (the README's command) each worker starts the session
 # servers its modules need: the three modules that talk to the vLLM server go to one worker
 # together, so that server starts once per run (50-70 s of CPU here), not once per worker.
-_ONE_WORKER = {f"tests/engine/test_openai_{name}.py": "vllm-server" for name in ("cli", "fidelity", "vllm")}
+_ONE_WORKER = {f"tests/engine/test_{name}.py": "vllm-server" for name in ("openai_cli", "openai_fidelity", "openai_vllm",
+                                                                          "fallback_proof")}
 # and the real-model tier's modules share one worker, so its model is dequantized once per run
 _ONE_WORKER.update({f"tests/engine/{name}.py": "realmodel" for name in ("test_realmodel", "test_grad_norm_real_model",
                                                                                    "test_prefix_sharing_real_model")})
@@ -66,11 +67,14 @@ if importlib.util.find_spec("xdist") is not None:
 
 # Longest first: under --dist loadfile the workers take modules in collection order, so a
 # two-minute module collected last leaves the other worker idle at the end. These modules,
-# measured the slowest (2026-11-24, `--durations`), are collected first, in this order; the
-# rest keep theirs. Only inside xdist workers (every worker sorts alike); a plain run is unchanged.
-_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_realmodel.py", "test_openai_cli.py",
-                  "test_openai_fidelity.py", "test_distributed.py", "test_cli_messages.py", "test_demo_assets.py",
-                  "test_integrations_fsdp.py", "test_editing_tracer.py", "test_sweep_parallel.py", "test_deep_graphs.py")
+# measured the slowest (2026-11-24 and 2026-11-27, `--durations`), are collected first, in this
+# order; the rest keep theirs. Only inside xdist workers (every worker sorts alike); a plain run
+# is unchanged.
+_SLOWEST_FIRST = ("test_vllm_backend.py", "test_vllm_torchrun.py", "test_openai_vllm.py", "test_fallback_proof.py",
+                  "test_sigterm_inside_stages.py", "test_realmodel.py", "test_openai_cli.py", "test_openai_fidelity.py",
+                  "test_distributed.py", "test_editing_rome.py", "test_cli_messages.py", "test_demo_assets.py",
+                  "test_integrations_fsdp.py", "test_docs_benchmark_plugin.py", "test_editing_tracer.py",
+                  "test_sweep_parallel.py", "test_deep_graphs.py", "test_compare_paired.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -97,3 +97,7 @@ def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: MuseConfi
 def interval_kind(name: str) -> str | None:
     """The rule bracketing ``name`` from its items (``metrics/unlearning/intervals.py``); None: none."""
     return _Catalogue(MuseConfig()).interval_kind(name)
+
+
+#: the metric a prompt transform repeats on its derived questions (``<name>_<transform>``)
+TRANSFORMED_METRIC = _Catalogue.TRANSFORMED_METRIC

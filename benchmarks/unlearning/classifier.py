@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from ...engine.adapters.model_args import DeprecatedFlag
 from ...engine.argtypes import positive_int
+from ...engine.option_owners import add_shared
 from .. import common
 
 #: the metrics that read ``classifier_model``, in every unlearning benchmark
@@ -34,18 +36,35 @@ def _class_id(text: str) -> int:
 
 
 def add_classifier_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--classifier-model", default=None,
-                   help="forget_Q_A_gibberish / forget_gibberish: a sequence classifier (DIR or hub id), "
-                        "open-unlearning's classifier_model_args")
-    p.add_argument("--classifier-max-length", type=positive_int, default=None,
-                   help="tokens of each generation the classifier reads (default: TOFU 32, MUSE 512)")
-    p.add_argument("--classifier-class-id", type=_class_id, default=0, help="the class whose probability is reported (default 0)")
+    """TOFU's and MUSE's shared declarations (``engine/option_owners.py``)."""
+    add_shared(p, "--classifier-model", default=None,
+               help="forget_Q_A_gibberish / forget_gibberish: a sequence classifier (DIR or hub id), "
+                    "open-unlearning's classifier_model_args")
+    # its settings are --model-arg classifier:max_length=N (default: TOFU 32, MUSE 512), classifier:class_id=K
+    add_shared(p, "--classifier-max-length", type=positive_int, default=None, action=DeprecatedFlag,
+               instead="--model-arg classifier:max_length=N")
+    add_shared(p, "--classifier-class-id", type=_class_id, default=0, action=DeprecatedFlag,
+               instead="--model-arg classifier:class_id=K")
+
+
+#: ``--model-arg classifier:KEY=VALUE``: the classifier's settings and how each is read
+SETTINGS = {"max_length": positive_int, "class_id": _class_id}
 
 
 def classifier_options(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(classifier_model=getattr(args, "classifier_model", None),
-                classifier_max_length=getattr(args, "classifier_max_length", None),
-                classifier_class_id=getattr(args, "classifier_class_id", 0) or 0)
+    given = common.backend_options(args).get("classifier_model", {})
+    out = dict(classifier_model=getattr(args, "classifier_model", None),
+               classifier_max_length=getattr(args, "classifier_max_length", None),
+               classifier_class_id=getattr(args, "classifier_class_id", 0) or 0)
+    for key, value in given.items():
+        if key not in SETTINGS:
+            raise ValueError(f"--model-arg classifier:{key}={value}: the classifier takes no setting {key!r} "
+                             f"(it takes: {', '.join(SETTINGS)})")
+        try:
+            out[f"classifier_{key}"] = SETTINGS[key](value)
+        except (ValueError, argparse.ArgumentTypeError) as e:
+            raise ValueError(f"--model-arg classifier:{key}={value}: {e}") from None
+    return out
 
 
 def gated(names: tuple[str, ...], words: Any, have_classifier: bool) -> tuple[str, ...]:

@@ -14,11 +14,15 @@ import re
 from html import escape
 from typing import Any
 
-from ...engine.render.clusters import guess_split
+from ...engine.render.clusters import Split, guess_split
 from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
 from ...engine.render.report_html import RunFolder, Section
 
 _PROB = re.compile(r"^(forget|retain)_Q_A_Prob$")
+#: the unlearning splits every metric name points at (``forget_Q_A_Prob``, the MIAs' ``holdout`` rows,
+#: ``retain_Truth_Ratio``), top to bottom: TOFU's and MUSE's ``Benchmark.splits``, the bands of their
+#: graph drawings and export's ``split`` column, and how this page tells forget plots from retain ones
+SPLITS = (Split("forget", rank=0), Split("holdout", rank=10), Split("retain", rank=30))
 
 PLOT_TITLES = {
     "truth-ratio": ("Truth ratio", "Per item, forget vs retain. An unlearned model should look like the retain model on forget. "
@@ -62,8 +66,8 @@ TR_AGGREGATION = {"forget": "mean of min(tr, 1/tr) (closer_to_1_better)", "retai
 
 def _table_values(evals: dict, names: list[str]) -> str:
     """Beside the histogram: each series' table value and the aggregation that made it."""
-    parts = [f"{n} = {evals[n]['agg_value']:.4g}: {TR_AGGREGATION[guess_split(n)]}" for n in names
-             if isinstance(evals[n].get("agg_value"), (int, float)) and guess_split(n) in TR_AGGREGATION]
+    parts = [f"{n} = {evals[n]['agg_value']:.4g}: {TR_AGGREGATION[guess_split(n, SPLITS)]}" for n in names
+             if isinstance(evals[n].get("agg_value"), (int, float)) and guess_split(n, SPLITS) in TR_AGGREGATION]
     return f'<p class="ed-muted">table: {escape("; ".join(parts))}</p>' if parts else ""
 
 
@@ -73,7 +77,7 @@ def plot_cards(run: RunFolder) -> dict[str, list[str]]:
     for bench, evals in sorted(run.evals.items()):
         prefix = f"{run.title} · {bench}"
         tr = [(n, per_item(e, "score")) for n, e in sorted(evals.items())
-              if "truth_ratio" in n.lower() and guess_split(n) in ("forget", "retain")]
+              if "truth_ratio" in n.lower() and guess_split(n, SPLITS) in ("forget", "retain")]
         svg = histogram_svg(tr, title=f"{prefix}: truth ratio, forget vs retain", xlabel="truth ratio (per item)",
                             kind="truth-ratio")
         if svg:

@@ -114,6 +114,11 @@ class HFAdapter(ModelAdapter):
     def capabilities(self) -> Capabilities:
         return self.static_capabilities()
 
+    def lockstep(self) -> tuple[Any, int]:
+        """The module every rank's forward passes go through together, and the pad id a rank
+        without rows of its own feeds it (asked only when the resource is ``sharded``)."""
+        return self.model, self.pad_id
+
     def tokens_used(self) -> tuple[int, int]:
         return self.last_batch_tokens
 

@@ -330,3 +330,7 @@ def from_spec(target: str, tokenizer: str | None = None, served_model: str | Non
         raise BackendError(str(e)) from None
     return OpenAIModel(target, tokenizer=tokenizer, served=served_model, api_key_env=api_key_env or "OPENAI_API_KEY",
                        dtype=dtype or "auto", settings=settings, **options).check()
+
+
+#: none of the run's flags: ``dtype`` here states what the server runs (its identity), per model
+from_spec.run_flags = ()  # type: ignore[attr-defined]

@@ -7,24 +7,29 @@ the same way. The scheme is the text before the first ``:`` when it looks like o
 scheme means ``hf``. The factory of a scheme comes from the backend registry
 (``evaldag.backends`` entry points), so a plugin's scheme parses here unchanged.
 
-Qualifiers (``--tokenizer``, ``--served-model``, ``--api-key-env``, ``--fallback``)
-go to the factory as keywords; a qualifier the backend does not take is an error
-naming the flag, never silently dropped. ``model_args`` (``--model-arg KEY=VALUE``,
-repeated) is the one keyword whose keys the backend itself declares and checks
-(``model_args.py``).
+A model's settings (``--model-arg [ROLE:]KEY=VALUE``: ``tokenizer``, ``served_model``,
+``deadline``, ``max_model_len`` ...) are the backend's to declare and check, never the
+benchmark's: :func:`resolve` hands a key to the factory as a keyword when the factory
+names that parameter, else in its ``model_args`` mapping when it takes one (a pydantic
+settings class checks them there: ``model_args.settings``); a key the backend takes
+neither way is one line naming the pair and the keys it does take. ``fallback`` is the
+registry's own: the resource is a :class:`Routed` pair.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from dataclasses import dataclass
+from difflib import get_close_matches
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
-from .hf import HFModel
+from .hf_backend import from_spec as hf_from_spec
+from .model_args import FLAG, pair_text
 from .vllm_lora import from_spec as vllm_from_spec
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.S)
@@ -82,26 +87,63 @@ def parse(text: str, flag: str = "--model") -> Spec:
     return Spec("hf", text, text)
 
 
-def resolve(text: str, flag: str = "--model", **qualifiers: Any) -> Any:
-    """The model resource a spec names (nothing loaded, nothing sent yet)."""
-    fallback = qualifiers.pop("fallback", None)
-    if fallback:
-        fb_flag = "--fallback" if flag == "--model" else flag.replace("-model", "-fallback")
-        return Routed(resolve(text, flag, **qualifiers), resolve(fallback, fb_flag))
+def resolve(text: str, flag: str = "--model", defaults: dict[str, Any] | None = None, **qualifiers: Any) -> Any:
+    """The model resource a spec names (nothing loaded, nothing sent yet). ``qualifiers``: the
+    model's own settings, flat or (an older caller's form) under ``model_args``; ``defaults``:
+    the run's flags (``dtype``, ``device`` ...), each handed only to a factory that takes it
+    (its parameters, or the ``run_flags`` it declares) and never over a setting of the model's own."""
+    given = {k: v for k, v in qualifiers.items() if v is not None and k != "model_args"}
+    given.update(qualifiers.get("model_args") or {})
+    fallback = given.pop("fallback", None)
     spec = parse(text, flag)
-    factory = _factory(spec.scheme)
+    role = role_of(flag)
+    if fallback:
+        if spec.scheme == "hf":
+            raise SpecError(f"{FLAG} {pair_text(role, 'fallback', fallback)}: only for a server or vLLM model "
+                            f"({flag} openai:URL, vllm:DIR), not {flag} {text}")
+        fb_flag = "--fallback" if flag == "--model" else flag.replace("-model", "-fallback")
+        return Routed(resolve(text, flag, defaults, **given), resolve(fallback, fb_flag))
+    factory = scheme_factory(spec.scheme)
     if factory is None:
         known = ", ".join(f"{s}:" for s in _schemes())
         hint = " (an OpenAI-compatible server is openai:URL)" if spec.scheme in ("http", "https") else ""
         raise SpecError(f"{flag} {text}: unknown model scheme {spec.scheme!r}{hint}; known: {known}")
-    given = {k: v for k, v in qualifiers.items() if v is not None}
+    kwargs = route(factory, given, spec.scheme, role)
+    params = _parameters(factory)[0]
+    takes = set(getattr(factory, "run_flags", params)) & params
+    kwargs.update({k: v for k, v in (defaults or {}).items() if k in takes and k not in kwargs and v is not None})
+    if "flag" in params:
+        kwargs["flag"] = flag
     try:
-        return factory(spec.target, **given)
+        return factory(spec.target, **kwargs)
     except TypeError as e:
         if "unexpected keyword" in str(e):
             bad = str(e).rsplit("'", 2)[-2] if "'" in str(e) else "?"
-            raise SpecError(f"{flag} {text}: {spec.scheme}: models take no --{flag_word(bad)}") from None
+            raise SpecError(f"{FLAG} {pair_text(role, bad, given.get(bad))}: {spec.scheme}: models take no setting "
+                            f"{bad!r}") from None
         raise
+
+
+def route(factory: Any, given: dict[str, Any], scheme: str, role: str = "model") -> dict[str, Any]:
+    """``given`` as ``factory``'s keywords: a key it names as a parameter goes as itself, any
+    other into ``model_args`` when it takes that (its settings class checks it), else a SpecError."""
+    params, takes_model_args = _parameters(factory)
+    kwargs: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in params - {"flag"}:
+            kwargs[key] = value
+        elif takes_model_args:
+            rest[key] = value
+        else:
+            known = sorted(params - {"flag"})
+            close = get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise SpecError(f"{FLAG} {pair_text(role, key, value)}: {scheme}: models take no setting {key!r}{hint} "
+                            f"(they take: {', '.join(known) or 'none'})")
+    if rest:
+        kwargs["model_args"] = rest
+    return kwargs
 
 
 def hands_over_weights(text: str) -> bool:
@@ -109,27 +151,39 @@ def hands_over_weights(text: str) -> bool:
     has ``derive``: ``hf``), known from the spec alone; an unknown scheme counts as yes (its
     own line comes when it is resolved)."""
     parsed = parse(text)
-    factory = _factory(parsed.scheme)
+    factory = scheme_factory(parsed.scheme)
     return factory is None or hasattr(factory, "derive")
 
 
-def flag_word(qualifier: str) -> str:
-    """The command-line word of a factory keyword: ``served_model`` -> ``served-model``,
-    ``model_args`` -> ``model-arg`` (one pair per flag)."""
-    return "model-arg" if qualifier == "model_args" else qualifier.replace("_", "-")
+def _parameters(factory: Any) -> tuple[set[str], bool]:
+    """A factory's keyword parameters (the spec's target, the first, left out) and whether it takes ``model_args``."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return set(), True
+    named = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = {p.name for p in named[1:]} if named and named[0].kind is not named[0].KEYWORD_ONLY else {p.name for p in named}
+    return names - {"model_args"}, "model_args" in names
 
 
-def _factory(scheme: str) -> Any:
+def role_of(flag: str) -> str:
+    """The ``ROLE:`` of ``--model-arg`` for a model flag: ``--retain-model`` -> ``retain``, ``--model`` -> ``model``."""
+    word = flag.removeprefix("--")
+    return word.removesuffix("-model") if word.endswith("-model") else word
+
+
+def scheme_factory(scheme: str) -> Any:
     """The scheme's factory from the backend registry (``evaldag.backends``); ``hf`` is
     built in, so a bare path works whatever is installed."""
     try:
-        return backend_factory(scheme)
+        factory = backend_factory(scheme)
     except KeyError:
-        if scheme == "hf":
-            return lambda target, **q: HFModel(target, **q)
-        if scheme == "vllm":  # built in too: a stale install's entry points still find it
-            return vllm_from_spec
-        return None
+        factory = None
+    if scheme == "hf" and (factory is None or isinstance(factory, type)):
+        return hf_from_spec  # built in; an install whose metadata predates hf_backend names the HFModel class itself
+    if factory is None and scheme == "vllm":  # built in too: a stale install's entry points still find it
+        return vllm_from_spec
+    return factory
 
 
 def _schemes() -> list[str]:

@@ -24,14 +24,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..backend import Capabilities, Identity, ModelResource
 from . import vllm_engine
+from .model_args import settings
 from .hf import is_adapter_dir
 from .hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
-from .vllm_model import VLLMModel, VLLMSpecError, _int, eos_ids
+from .vllm_model import VLLMModel, VLLMSpecError, eos_ids
 
 #: vLLM's accepted ``max_lora_rank`` values (``vllm.config.lora.MaxLoRARanks``, 0.32.0)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -135,18 +138,29 @@ class VLLMLoraModel(ModelResource):
         return self._adapter
 
 
+class EngineSettings(BaseModel):
+    """A ``vllm:`` model's engine settings, ``--model-arg KEY=VALUE`` (the command line gives text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_model_len: Optional[int] = Field(None, gt=0)  # the engine's context length (default: the model's)
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0, le=1)  # the share of GPU memory it reserves
+    tensor_parallel_size: Optional[int] = Field(None, gt=0)  # GPUs one engine spans
+    enforce_eager: bool = False  # no CUDA graphs (faster start)
+
+
 def from_spec(target: str, dtype: str | None = None, tokenizer: str | None = None, max_model_len: Any = None,
               gpu_memory_utilization: Any = None, tensor_parallel_size: Any = None, enforce_eager: Any = None,
               flag: str = "--model", adapter_base: str | None = None) -> ModelResource:
     """The ``vllm`` scheme's factory (``evaldag.backends``): ``vllm:DIR|ID`` and its options, checked at once;
-    a PEFT adapter folder (or ``--adapter-base``) is a LoRA request of its base's engine (here, so
+    a PEFT adapter folder (or ``adapter_base``) is a LoRA request of its base's engine (here, so
     that vllm_model.py never imports this module)."""
+    given = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+             "tensor_parallel_size": tensor_parallel_size, "enforce_eager": enforce_eager}
+    opts = settings(EngineSettings, {k: v for k, v in given.items() if v is not None}, "vllm")
+    engine = dict(max_model_len=opts.max_model_len, tensor_parallel_size=opts.tensor_parallel_size,
+                  gpu_memory_utilization=opts.gpu_memory_utilization, enforce_eager=opts.enforce_eager)
     if adapter_base or is_adapter_dir(target):
         return VLLMLoraModel(target, adapter_base=adapter_base, flag=flag, dtype=dtype or "auto", tokenizer=tokenizer,
-                             max_model_len=_int(max_model_len), tensor_parallel_size=_int(tensor_parallel_size),
-                             gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
-                             enforce_eager=bool(enforce_eager))
-    return VLLMModel(target, dtype=dtype or "auto", tokenizer=tokenizer, max_model_len=_int(max_model_len),
-                     gpu_memory_utilization=float(gpu_memory_utilization) if gpu_memory_utilization is not None else None,
-                     tensor_parallel_size=_int(tensor_parallel_size), enforce_eager=bool(enforce_eager),
-                     flag=flag)
+                             **engine)
+    return VLLMModel(target, dtype=dtype or "auto", tokenizer=tokenizer, flag=flag, **engine)

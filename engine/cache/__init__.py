@@ -9,6 +9,7 @@
     <root>/history/                        last components per node slot  cache.history (history.py)
     <root>/filehash/<host>.json            model-file hash memo, per host cache.filehash (filehash.py)
     <root>/shards/                         which shard of which sweep runs where  (shards.py)
+    <root>/weights/<ab>/<key>/             trained weights of a derived model (a relearn)  cache.weights (weights.py)
     <root>/evaldag-cache.json              the marker: clear/prune touch only marked roots (safety.py)
 
 A root this process cannot write is read-only (``cache.read_only``): it is read, never
@@ -33,17 +34,18 @@ from pathlib import Path
 
 from .codec import CorruptEntry, CorruptEntryWarning, EncodeError, NewerFormat, leave_reason
 from .filehash import FileHashMemo, file_sha256
-from .files import CacheWriteError, LinkWarning, atomic_write, default_cache_dir, sweep_temps
+from .files import TMP_MAX_AGE_S, CacheWriteError, LinkWarning, atomic_write, default_cache_dir, sweep_temps
 from .history import History
 from .locks import LockTimeout
 from .nodes import Entry, NodeStore
 from .requests import DamagedDatabaseWarning, RequestStore
+from .weights import CorruptWeights, WeightStore
 from .safety import MARKER, NotACache, ReadOnlyCache, cache_root, claim_root, clear_entries, require_marker, writable
 
 __all__ = [
     "MARKER", "Cache", "CacheWriteError", "CorruptEntry", "CorruptEntryWarning", "DamagedDatabaseWarning",
-    "EncodeError", "Entry", "FileHashMemo", "History", "LeftAloneWarning", "LinkWarning", "LockTimeout", "NewerFormat",
-    "NodeStore", "NotACache", "ReadOnlyCache", "RequestStore", "atomic_write", "default_cache_dir", "file_sha256",
+    "CorruptWeights", "EncodeError", "Entry", "FileHashMemo", "History", "LeftAloneWarning", "LinkWarning", "LockTimeout", "NewerFormat",
+    "NodeStore", "NotACache", "ReadOnlyCache", "RequestStore", "WeightStore", "atomic_write", "default_cache_dir", "file_sha256",
 ]
 
 
@@ -68,6 +70,7 @@ class Cache:
         self.requests = RequestStore(self.root, read_only=ro, under=RequestStore(under, read_only=True) if under else None)
         self.history = History(self.root, read_only=ro)
         self.filehash = FileHashMemo(self.root, rehash=rehash, read_only=ro)
+        self.weights = WeightStore(self.root, read_only=ro)
 
     @classmethod
     def open(cls, cache: "Cache | str | os.PathLike | None" = None, **kw) -> "Cache":
@@ -79,7 +82,9 @@ class Cache:
 
     def sweep(self) -> int:
         """Remove temporaries a killed writer left (older than a write can take); run() calls it."""
-        return 0 if self.read_only else sweep_temps(self.root)
+        if self.read_only:
+            return 0
+        return sweep_temps(self.root) + self.weights.sweep(TMP_MAX_AGE_S)
 
     def info(self) -> dict:
         """Counts and sizes; reads only headers (a damaged request database is named, not repaired;
@@ -94,6 +99,10 @@ class Cache:
             "requests": rows,
             "request_bytes": self.requests.nbytes(),
         }
+        stored = list(self.weights.entries())
+        if stored:  # trained weights of derived models (a relearn): folders, not node entries
+            out["weights"] = len(stored)
+            out["weight_bytes"] = sum(self.weights.nbytes(d) for d in stored)
         if kept:
             out["nodes_newer_format"] = sum(w.startswith("newer") for w in kept)
             out["nodes_unreadable"] = sum(w.startswith("unreadable") for w in kept)
@@ -106,8 +115,9 @@ class Cache:
         return out
 
     def verify(self) -> list[str]:
-        """``"path: why"`` for each node entry that fails its checks, and for a damaged request database."""
-        return self.nodes.verify() + self.requests.check()
+        """``"path: why"`` for each node entry and stored weights folder that fails its checks, and for a
+        damaged request database."""
+        return self.nodes.verify() + self.requests.check() + self.weights.verify()
 
     def repair(self) -> list[str]:
         """Delete corrupt node entries (never a newer evldag's or an unreadable one) and damaged request
@@ -118,6 +128,11 @@ class Cache:
             if state == "corrupt":
                 p.unlink(missing_ok=True)
                 done.append(f"removed {p}")
+        bad = self.weights.verify()  # a damaged weights folder: the derived model is trained again
+        for folder in list(self.weights.entries()):
+            if any(b.startswith(str(folder)) for b in bad):
+                self.weights.remove(folder)
+                done.append(f"removed {folder}")
         return done + self.requests.repair()
 
     def claim(self, init: bool = False) -> None:
@@ -154,7 +169,16 @@ class Cache:
         self.sweep()
         n = self.nodes.prune(cutoff)
         n += self.requests.prune(cutoff)
+        n += self.weights.prune(cutoff)
         return n
+
+    def close(self) -> None:
+        """Let go of the request index's database (its write-ahead log is checkpointed and removed):
+        a run started from Python leaves the folder as a finished command-line run does. Reopened
+        on the next use."""
+        for store in (self.requests, self.requests.under):
+            if store is not None:
+                store.close()
 
     def clear(self) -> tuple[int, list[Path]]:
         """Remove every entry the cache wrote; a root without the marker raises :class:`NotACache`.

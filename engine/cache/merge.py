@@ -11,6 +11,8 @@ destination lacks, never choosing between two versions:
 * request results: each batch file is checked against its name and copied under it; an
   older evaldag's ``requests.sqlite`` in a source is read (never changed) and written as
   batch files;
+* trained weights (``weights/``, a relearn's): each folder's files checked against its manifest,
+  then stored in the destination whole (weights.py), under the same key;
 * history and run records: copied where the destination has none of that name (history
   only explains recomputes, so the destination's own record wins).
 
@@ -29,6 +31,7 @@ from .codec import CorruptEntry, NewerFormat, unpack
 from .files import LinkRefused, LinkWarning, atomic_write, inside, is_temp, walk_files
 from .nodes import NodeStore, check_entry, read_checked
 from .safety import require_marker
+from .weights import CorruptWeights, WeightStore
 
 
 @dataclass
@@ -41,12 +44,16 @@ class Merged:
     batches_present: int = 0
     legacy_rows: int = 0
     other: int = 0  # history and run records copied
+    weights: int = 0  # stored trained-weights folders (weights.py) copied
+    weights_present: int = 0
     skipped: list[str] = field(default_factory=list)  # "path: why" of each entry not copied
 
     def line(self, src: Path) -> str:
         return (f"merged {src}: {self.nodes} node entries copied ({self.nodes_present} already there), "
                 f"{self.batches} request batch files copied ({self.batches_present} already there)"
                 + (f", {self.legacy_rows} answers from its requests.sqlite" if self.legacy_rows else "")
+                + (f", {self.weights} trained-weights folders copied ({self.weights_present} already there)"
+                   if self.weights or self.weights_present else "")
                 + f", {self.other} history and run records; {len(self.skipped)} skipped")
 
 
@@ -112,6 +119,15 @@ def _merge(dest: Path, src: Path, got: Merged) -> None:
     for model, rows, written in batches.legacy_batches(src):
         batches.write(dest, model, rows, written=written)
         got.legacy_rows += len(rows)
+    theirs, ours = WeightStore(src, read_only=True), WeightStore(dest)
+    for folder in theirs.entries():
+        try:
+            if theirs.copy_into(ours, folder):
+                got.weights += 1
+            else:
+                got.weights_present += 1
+        except (CorruptWeights, OSError) as e:
+            got.skipped.append(f"{folder}: {e}")
     for sub in ("history", "runs"):
         for p in walk_files(src, src / sub):
             target = dest / sub / p.name

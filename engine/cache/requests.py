@@ -394,6 +394,6 @@ class RequestStore:
         return n
 
     def close(self) -> None:
-        if self._conn is not None:
+        if self._conn is not None:  # the next use opens it again
             self._conn.close()
             self._conn = None

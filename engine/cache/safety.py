@@ -32,6 +32,7 @@ _BATCH = re.compile(r"[0-9a-f]{64}\.batch")  # batches.py
 _INDEX = re.compile(r"requests-[\w.-]+\.sqlite(-wal|-shm|-journal)?")  # requests.py, one per host
 _HOSTFILE = re.compile(r"[\w.-]+\.json(\.lock)?")  # filehash/<host>.json, shards/<sweep>/<record>.json
 _MEMO = ("filehash.json", "filehash.json.lock")
+_WEIGHT_FILE = re.compile(r"[\w.-]+\.(safetensors|json|txt|model|jinja)")  # weights.py ALLOWED
 
 
 class NotACache(ValueError):
@@ -183,6 +184,17 @@ def _entries(root: Path, kept: list[str] | None = None):
                 files += [p for p in sub.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _HOSTFILE.fullmatch(p.name))]
                 dirs.append(sub)
         dirs.append(shards)
+    weights = root / "weights"  # weights.py: weights/<ab>/<64 hex>/<known files>, and temporary folders
+    if _dir(weights):
+        for sub in weights.iterdir():
+            if not (_dir(sub) and len(sub.name) == 2 and _HEX.fullmatch(sub.name)):
+                continue
+            for d in sub.iterdir():
+                if _dir(d) and (d.name.startswith(TMP_PREFIX) or (len(d.name) == 64 and _HEX.fullmatch(d.name))):
+                    files += [p for p in d.iterdir() if _file(p) and _WEIGHT_FILE.fullmatch(p.name)]
+                    dirs.append(d)
+            dirs.append(sub)
+        dirs.append(weights)
     runs = root / "runs"  # engine/runlog.py's records of each run
     if _dir(runs):
         files += [p for p in runs.iterdir() if _file(p) and (p.name.startswith(TMP_PREFIX) or _RUN.fullmatch(p.name))]

@@ -14,7 +14,8 @@ import json
 import re
 import sys
 
-from ..cache import Cache, NotACache
+from ..cache import Cache, CorruptWeights, NotACache
+from ..cache.weights import describe
 from ..cache.safety import require_marker
 from ..cache.deep import verify_deep
 from .. import runlog
@@ -144,6 +145,10 @@ def _action(args: argparse.Namespace, cache: Cache, what: str | None) -> int:
             counts[state] = counts.get(state, 0) + 1
             what = got.meta.get("node", "?") if state == "ok" else f"({state}: {str(got).split(': ', 1)[-1]})"
             print(f"{p.stem[:16]}  {p.lstat().st_size:>10d}  {what}")
+        for folder, state, body in cache.weights.survey():  # trained weights of derived models (a relearn)
+            counts[state] = counts.get(state, 0) + 1
+            what = describe(body) if state == "ok" else f"({state}: {body}) [weights]"
+            print(f"{folder.name[:16]}  {cache.weights.nbytes(folder):>10d}  {what}")
         for d in store.unlisted:
             print(f"evaldag: cannot list {d} (permission denied): its entries are not shown", file=sys.stderr)
         if set(counts) - {"ok"}:
@@ -154,6 +159,9 @@ def _action(args: argparse.Namespace, cache: Cache, what: str | None) -> int:
     elif args.action == "explain":
         if not what:
             raise SystemExit("evaldag: cache explain needs a FINGERPRINT (or prefix), a node name or an id like qa_stats[216cdb]")
+        weights = [d for d in cache.weights.entries() if d.name.startswith(what)] if re.fullmatch(r"[0-9a-f]+", what) else []
+        if weights:
+            return explain_weights(cache, weights, what)
         return explain(store, what)
     elif args.action == "verify":
         return verify(cache, args)
@@ -196,6 +204,21 @@ def explain(store, what: str) -> int:
     meta = dict(entries[0].meta)
     meta["reads"] = reads_of(store, meta)
     print(json.dumps(meta, indent=2, sort_keys=True))
+    return 0
+
+
+def explain_weights(cache: Cache, folders: list, what: str) -> int:
+    """``cache explain KEY`` of a stored trained-weights folder: its manifest (what trained it, the
+    recipe, the steps, the parent model, each file's size and sha256)."""
+    if len(folders) > 1:
+        print(f"evaldag: {len(folders)} stored weights match {what!r}", file=sys.stderr)
+        return 2
+    try:
+        body = cache.weights.manifest(folders[0].name)
+    except CorruptWeights as e:
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"weights": str(folders[0]), **(body or {})}, indent=2, sort_keys=True, default=str))
     return 0
 
 

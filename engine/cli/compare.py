@@ -10,6 +10,9 @@ When both runs scored the same items, the difference is also tested item by item
 (``value_by_index``) through the benchmark that wrote them (``Benchmark.item_sample``), so no
 model runs; the paired bootstrap interval of B - A, a paired permutation p-value (exact on few
 items), Holm's adjustment over the metrics tested (Benjamini-Hochberg's in the files), and whether the difference is inside the noise.
+With ``--pool``, A and B may each be a folder of several runs of one method (training seeds):
+each side's number is the mean over its runs, and B - A gets a cluster bootstrap interval
+(A's seeds, B's seeds and the items resampled independently; ``uncertainty.pooled_paired``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..export import ExportError, _read, csv_text, folder_rows, run_folders
-from ..registry import BENCHMARKS
-from ..uncertainty import benjamini_hochberg, holm, paired
+from ..export import ExportError, _read, benchmarks_by_group, csv_text, folder_rows, run_folders
+from ..paired_report import retain_logs_of
+from ..uncertainty import adjust, paired, pooled_paired
 
 FIELDS = ("benchmark", "metric", "split", "a", "b", "delta")
 PAIRED_FIELDS = ("ci_low", "ci_high", "p_value", "p_holm", "p_bh", "verdict", "n_items")
@@ -37,16 +40,33 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.add_argument("--bootstrap-resamples", "--bootstrap-cycles", "--bootstrap-iters", dest="bootstrap_resamples", type=int,
                    default=1000, metavar="N", help="paired bootstrap resamples and random permutations (default 1000; 0: no paired test)")
     c.add_argument("--seed", type=int, default=0, help="the seed of the paired bootstrap and permutations (default 0)")
+    c.add_argument("--pool", action="store_true",
+                   help="A and B may each be a folder of several runs of one method (training seeds): each side's mean, and the "
+                        "interval of B - A with seeds and items resampled")
     return c
 
 
-def _one(path: str) -> tuple[list[dict], Path]:
+def _side(path: str, pool: bool) -> list[tuple[list[dict], Path]]:
     runs = run_folders([path])
-    if len(runs) != 1:
-        raise ExportError(f"{path}: holds {len(runs)} runs (a sweep's folder?); name one of them: "
-                          + ", ".join(str(d) for _, d in runs[:3]))
-    name, folder = runs[0]
-    return folder_rows(name, folder), folder
+    if len(runs) != 1 and not pool:
+        raise ExportError(f"{path}: holds {len(runs)} runs (a sweep's folder?); name one of them, or pass --pool to pool "
+                          "them as runs of one method (training seeds): " + ", ".join(str(d) for _, d in runs[:3]))
+    return [(folder_rows(name, folder), folder) for name, folder in runs]
+
+
+def _pooled_rows(side: list[tuple[list[dict], Path]]) -> list[dict]:
+    """One run's rows, or a pool's: each (benchmark, metric) the mean over the runs that hold a number."""
+    if len(side) == 1:
+        return side[0][0]
+    seen: dict[tuple[str, str], dict] = {}
+    values: dict[tuple[str, str], list[float]] = {}
+    for rows, _ in side:
+        for r in rows:
+            key = (r["benchmark"], r["metric"])
+            seen.setdefault(key, r)
+            if _num(r["value"]) is not None:
+                values.setdefault(key, []).append(float(r["value"]))
+    return [{**r, "value": sum(values[k]) / len(values[k]) if values.get(k) else None} for k, r in seen.items()]
 
 
 def _num(v) -> float | None:
@@ -66,24 +86,11 @@ def table(a: list[dict], b: list[dict]) -> list[dict]:
     return out
 
 
-def _benchmarks_by_group(folder: Path) -> dict[str, Any]:
-    """Group -> the benchmark plugin that wrote it (those run.json names and that load)."""
-    meta = _read(folder / "run.json")
-    names = meta.get("benchmarks") if isinstance(meta, dict) and isinstance(meta.get("benchmarks"), list) else []
-    out = {}
-    for n in names:
-        if isinstance(n, str) and n in BENCHMARKS:
-            try:
-                bench = BENCHMARKS.get(n)
-            except Exception:  # noqa: BLE001 - an uninstalled plugin: its metrics get no paired test
-                continue
-            out[bench.group.upper()] = bench
-    return out
-
-
-def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int) -> list[dict]:
-    """Each row whose metric both runs hold item by item gets its paired test; Holm over them all."""
-    benches = _benchmarks_by_group(fa)
+def add_paired(rows: list[dict], fa: Path | list[Path], fb: Path | list[Path], n_resamples: int, seed: int) -> list[dict]:
+    """Each row whose metric both sides hold item by item gets its paired test (a side of several
+    runs, a pool of seeds: the pooled interval); Holm over them all."""
+    pa, pb = (list(f) if isinstance(f, list) else [f] for f in (fa, fb))
+    benches = benchmarks_by_group(pa[0])
     evals: dict[tuple[str, str], Any] = {}
 
     def file(folder: Path, group: str) -> Any:
@@ -93,26 +100,33 @@ def add_paired(rows: list[dict], fa: Path, fb: Path, n_resamples: int, seed: int
             evals[key] = _read(f) if f.is_file() else {}
         return evals[key]
 
+    def samples(folders: list[Path], bench: Any, r: dict) -> list[Any] | None:
+        out = [bench.item_sample(r["metric"], e, retain_of(f, r["benchmark"])) if isinstance(e := file(f, r["benchmark"]), dict)
+               else None for f in folders]
+        return None if any(s is None for s in out) else out
+
+    def retain_of(folder: Path, group: str) -> Any:
+        key = (str(folder), group + "/retain")
+        if key not in evals:
+            evals[key] = retain_logs_of(_read(folder / "run.json") if (folder / "run.json").is_file() else {}, group)
+        return evals[key]
+
     tested = []
     for r in rows:
         bench = benches.get(r["benchmark"].upper())
         if bench is None or r["a"] is None or r["b"] is None:
             continue
-        ea, eb = file(fa, r["benchmark"]), file(fb, r["benchmark"])
-        sa = bench.item_sample(r["metric"], ea) if isinstance(ea, dict) else None
-        sb = bench.item_sample(r["metric"], eb) if isinstance(eb, dict) else None
+        sa, sb = samples(pa, bench, r), samples(pb, bench, r)
         if sa is None or sb is None:
             continue
         try:
-            r["paired"] = paired(sa, sb, n_resamples, seed)
+            r["paired"] = paired(sa[0], sb[0], n_resamples, seed) if len(sa) == len(sb) == 1 else pooled_paired(sa, sb, n_resamples, seed)
+            if sa[0].notes.get("statistic") == "ks":
+                r["paired"]["statistic"] = "ks"  # B - A on the KS statistic: forget quality falls as it grows
         except ValueError as e:
             r["paired"] = {"verdict": f"no test ({e})"}
         tested.append(r)
-    ps = [r["paired"].get("p_value") for r in tested]
-    for r, p, q in zip(tested, holm(ps), benjamini_hochberg(ps)):
-        r["paired"]["p_holm"], r["paired"]["p_bh"] = p, q
-        if p is not None and r["paired"]["verdict"] in ("B > A", "B < A") and p >= 1 - r["paired"]["confidence_level"]:
-            r["paired"]["verdict"] = "inside the noise after Holm's adjustment"
+    adjust([r["paired"] for r in tested])
     return rows
 
 
@@ -142,7 +156,7 @@ def render(rows: list[dict], a: str, b: str) -> str:
             n = sum((p.get("n_items") or {}).values())
             lines.append(f"{r['benchmark'] + '/' + r['metric']:<{w}}  {_fmt(p.get('delta'), True):>10}  {span:>21}  "
                          f"{_fmt(p.get('p_value')):>8}  {_fmt(p.get('p_holm')):>8}  {n:>6}  {p['verdict']}"
-                         + ("  (exact)" if p.get("exact") else ""))
+                         + ("  (exact)" if p.get("exact") else "") + ("  (on the KS statistic)" if p.get("statistic") == "ks" else "") + ("  (pooled seeds: the interval alone)" if p.get("interval_only") else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -164,10 +178,10 @@ def dump(rows: list[dict], path: Path, a: str, b: str) -> None:
 
 def cmd(args: argparse.Namespace) -> int:
     try:
-        (ra, fa), (rb, fb) = _one(args.a), _one(args.b)
-        rows = table(ra, rb)
+        sa, sb = _side(args.a, args.pool), _side(args.b, args.pool)
+        rows = table(_pooled_rows(sa), _pooled_rows(sb))
         if args.bootstrap_resamples > 0:
-            rows = add_paired(rows, fa, fb, args.bootstrap_resamples, args.seed)
+            rows = add_paired(rows, [f for _, f in sa], [f for _, f in sb], args.bootstrap_resamples, args.seed)
         sys.stdout.write(render(rows, args.a, args.b))
         if args.out:
             dump(rows, Path(args.out), args.a, args.b)

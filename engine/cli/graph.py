@@ -23,6 +23,7 @@ from ..report import benchmarks_of, runs_of, splits_of
 from ..resources import ResourceSet
 from ..sweepdir import run_folders
 from ..views import from_graph, runs_view
+from ..option_owners import declare
 from ..options import add_model_option, configs, model_specs
 from ..session import config_error
 from .run import BENCH_OPTIONS_HINT
@@ -30,7 +31,7 @@ from .run import BENCH_OPTIONS_HINT
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
     g = sub.add_parser(
-        "graph", help="draw a benchmark's plan (before a run) or a finished run", conflict_handler="resolve",
+        "graph", help="draw a benchmark's plan (before a run) or a finished run",
         description="Draw the metric graph of benchmarks before running them (plan view), or of a finished "
                     "run with --run OUT_DIR (each node's status, time and value).",
         epilog=BENCH_OPTIONS_HINT.format(cmd="graph"))
@@ -43,8 +44,7 @@ def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> arg
     g.add_argument("--cache-dir", default=None, help="plan view: mark nodes this cache already holds (fingerprints resources)")
     g.add_argument("--show-resources", action="store_true", help="draw inputs (model, data splits) as nodes too")
     add_model_option(g, benches)
-    for b in benches:
-        b.add_arguments(g)
+    declare(g, benches)
     return g
 
 

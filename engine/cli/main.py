@@ -7,6 +7,8 @@
     evaldag cache info|ls|runs|explain|verify|clear|prune
     evaldag export DIR [...] --csv|--jsonl|--parquet   the runs' metrics as one long table
     evaldag compare A B [--out FILE]      per-metric difference between two runs
+    evaldag robustness OUT [--retain R]   R, Q, HM of each metric under attacks (ROBUSTNESS.json)
+    evaldag metaeval --knows .. --not-knows ..   faithfulness and robustness of metrics (METAEVAL.json)
     evaldag demo                          (and any command registered under ``evaldag.commands``)
 
 Benchmarks come from the ``evaldag.benchmarks`` entry points (:mod:`evaldag.engine.registry`);
@@ -28,8 +30,9 @@ from importlib.metadata import entry_points
 
 from ..registry import BENCHMARKS
 from ..adapters import vllm_engine
+from ..option_owners import OptionClash
 from ..options import Parser, glue_shard
-from . import cache, compare, export, graph, list as list_cmd, report, run
+from . import cache, compare, export, graph, list as list_cmd, metaeval, report, robustness, run
 
 #: extra sub-commands: name -> a module with ``HELP``, ``add_arguments(parser)`` and ``main(args)``
 COMMANDS_GROUP = "evaldag.commands"
@@ -52,6 +55,8 @@ def parser(benchmarks: list[str] | None = None, command: str | None = None, top_
     cache.add_parser(sub)
     export.add_parser(sub)
     compare.add_parser(sub)
+    robustness.add_parser(sub)
+    metaeval.add_parser(sub)
     for ep in entry_points(group=COMMANDS_GROUP):
         if ep.name == command or top_help:
             mod = ep.load()
@@ -154,7 +159,12 @@ def _main(argv: list[str]) -> int:
         return 2
     top_help = cmd is None and bool({"-h", "--help"} & set(argv))
     argv = glue_shard(argv)  # `--shard -1/2` (run, graph) read as --shard=-1/2
-    args = parser(benches, command=cmd, top_help=top_help).parse_args(argv)
+    try:
+        built = parser(benches, command=cmd, top_help=top_help)
+    except OptionClash as e:  # two benchmarks of this command give one option two meanings
+        print(f"evaldag: error: {e}", file=sys.stderr)
+        return 2
+    args = built.parse_args(argv)
     if args.cmd == "run":
         return run.cmd(args, argv)
     if args.cmd == "graph":
@@ -169,6 +179,10 @@ def _main(argv: list[str]) -> int:
         return export.cmd(args)
     if args.cmd == "compare":
         return compare.cmd(args)
+    if args.cmd == "robustness":
+        return robustness.cmd(args)
+    if args.cmd == "metaeval":
+        return metaeval.cmd(args)
     return next(ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name == args.cmd).load().main(args)
 
 

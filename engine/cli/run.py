@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ..adapters.model_args import say_deprecated
 from ..benchmark import Benchmark
 from ..distributed import launch
 from ..options import add_run_arguments, read
@@ -31,7 +32,7 @@ BENCH_OPTIONS_HINT = ("Each benchmark adds its own options (--model, --data, --r
 
 
 def add_parser(sub: argparse._SubParsersAction, benches: list[Benchmark]) -> argparse.ArgumentParser:
-    r = sub.add_parser("run", help="run one or more benchmarks", conflict_handler="resolve",
+    r = sub.add_parser("run", help="run one or more benchmarks",
                        epilog=None if benches else BENCH_OPTIONS_HINT.format(cmd="run"))
     r.add_argument("benchmarks", nargs="*", default=[], help=f"benchmarks to run ({', '.join(BENCHMARKS.names())})")
     add_run_arguments(r, benches)
@@ -58,7 +59,10 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     old = term_raises()
     try:
         with hushed(parsed.options.quiet):  # --quiet: no lines about a server's retries either
-            return run_sweep(parsed.benches, parsed.configs, parsed.options, parsed.sweep, group)
+            code = run_sweep(parsed.benches, parsed.configs, parsed.options, parsed.sweep, group)
+        if code in (0, 1) and not parsed.options.quiet:  # after the run: an error stays its one line
+            say_deprecated(args)
+        return code
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
         signum = getattr(e, "signum", signal.SIGINT)
         what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"

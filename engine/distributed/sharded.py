@@ -145,7 +145,7 @@ class ShardedExecutor(Executor):
             err = e
         self.group.raise_if_any(err, f"loading model {fp[:12]}")
         # weights split over the ranks (FSDP, ZeRO-3: lockstep.py): every forward pass is paired
-        pair = Lockstep(self.group, adapter.model, adapter.pad_id) if getattr(model, "sharded", None) else None
+        pair = Lockstep(self.group, *adapter.lockstep()) if getattr(model, "sharded", None) else None
         self._by_row = kind in _ROW_KINDS
         if self._by_row:  # deal out rows; each rank packs its own
             owners = partition([x[1].length() for x in items], self.group.world, self._load)

@@ -68,7 +68,7 @@ def parse(benchmark: str, argv: list[str]) -> argparse.Namespace:
         close = difflib.get_close_matches(benchmark, BENCHMARKS.names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(BENCHMARKS.names())}"
         raise ValueError(f"EvaldagCallback: unknown benchmark {benchmark!r}{hint}")
-    parser = run_options.Parser(prog="evaldag run", conflict_handler="resolve")
+    parser = run_options.Parser(prog="evaldag run")
     parser.set_defaults(benchmarks=[benchmark])
     run_options.add_run_arguments(parser, [BENCHMARKS.get(benchmark)])
     err = io.StringIO()

@@ -80,6 +80,16 @@ def _dump(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(jsonable(obj), indent=4, sort_keys=True, allow_nan=False))
 
 
+def add_to_summary(folder: Path, group: str, key: str, value: Any) -> Path:
+    """One more key in ``<GROUP>_SUMMARY.json`` of a set being written (a benchmark's
+    ``write_outputs``, asked for by its user: the intervals beside the numbers), written as the
+    engine writes the file; the other keys stay as they were."""
+    path = Path(folder) / f"{group.upper()}_SUMMARY.json"
+    summary = json.loads(path.read_text())
+    _dump(path, {**summary, key: value})
+    return path
+
+
 def node_names(result: RunResult) -> dict[str, str]:
     """Vertex key -> the name run.json uses (``group/name`` only when groups would collide)."""
     qualify = len([g for g in result.graph.groups if g is not None]) > 1

@@ -11,8 +11,8 @@ finished run, or a :class:`View` you built yourself::
 
 The package is a leaf: it imports nothing of the engine. It draws a :class:`View` (plain
 data) and reads a finished run's files; a Graph, a RunResult or configured metrics are
-turned into a View by ``engine/views.py``, which registers itself with :func:`as_view`
-when ``evaldag.engine`` is imported. It knows no benchmark either: the report page draws
+turned into a View by ``engine/views.py``, which :func:`as_view` names by reference and
+imports when it first needs it (``view.ENGINE_BUILDER``). It knows no benchmark either: the report page draws
 the generic parts (metrics, graph, run statistics) and the :class:`Section` objects its
 ``plugins`` hand it; ``evaldag.engine.report.write_report_html`` passes the benchmarks
 the runs ran and writes the file.
@@ -26,7 +26,7 @@ from typing import Any
 
 from .dot import dot_to_svg, to_dot
 from .html import to_html
-from .clusters import GENERIC_SPLITS, Split
+from .clusters import Split
 from .layout import count_crossings
 from .mermaid import to_mermaid
 from .report_html import ReportPlugin, RunFolder, Section, build_report_html, load_run_folder
@@ -61,7 +61,7 @@ def render(source: Any, fmt: str, **view_kw: Any) -> str:
 
 
 __all__ = [
-    "FORMATS", "GENERIC_SPLITS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
+    "FORMATS", "EdgeView", "NodeView", "ReportPlugin", "RunFolder", "Section", "Split", "View",
     "add_view_builder", "as_view", "build_report_html", "count_crossings", "dot_to_svg", "from_run_dir",
     "load_run_folder", "render", "to_dot", "to_html", "to_json", "to_mermaid", "to_svg",
 ]

@@ -1,10 +1,13 @@
 """Which benchmark and which data split each node belongs to: the bands of the drawing.
 
 A TOFU graph has 60-80 nodes; drawn flat it is a hairball. Grouping boxes by benchmark
-and by split (forget, retain, holdout, and a benchmark's own such as TOFU's real authors) puts the forget-side
-work in one band and the retain-side work in another, so a reader finds a metric by
-where it is. The split is a *guess* from names, bound data resources and params; a node
-that mixes splits (model utility, privleak, an MIA over forget and holdout) gets none.
+and by split puts, in an unlearning graph, the forget-side work in one band and the
+retain-side work in another, so a reader finds a metric by where it is. The split words
+are the benchmarks' (``Benchmark.splits``: the unlearning benchmarks declare forget,
+holdout and retain, TOFU adds its real authors and world facts); this module knows none,
+so a drawing of another domain's graph is never banded by unlearning words. The split is a
+*guess* from names, bound data resources and params; a node that mixes splits (model
+utility, privleak, an MIA over forget and holdout) gets none.
 """
 
 from __future__ import annotations
@@ -40,24 +43,23 @@ class Split:
 _MODEL_LIKE = re.compile(r"model|tokenizer|embedding|vectors|logs")
 _SPLIT_PARAM = re.compile(r"split|subset|data|source")
 MIXED_RANK = 20
-#: the unlearning words every benchmark shares; a benchmark adds its own (``Benchmark.splits``)
-GENERIC_SPLITS: tuple[Split, ...] = (Split("forget", rank=0), Split("holdout", rank=10), Split("retain", rank=30))
 
 
 def split_vocabulary(groups: Iterable[Iterable[Split]] = ()) -> tuple[Split, ...]:
-    """The generic splits plus every benchmark's own (first definition of a key wins)."""
-    out: dict[str, Split] = {s.key: s for s in GENERIC_SPLITS}
+    """Every benchmark's splits in one vocabulary, ordered by rank (first definition of a key wins)."""
+    out: dict[str, Split] = {}
     for group in groups:
         for s in group:
             out.setdefault(s.key, s)
     return tuple(sorted(out.values(), key=lambda s: (s.rank, s.key)))
 
 
-def guess_split(text: str, splits: Sequence[Split] = GENERIC_SPLITS) -> str | None:
+def guess_split(text: str, splits: Sequence[Split] = ()) -> str | None:
     """The data split a name points at (``forget_Q_A_Prob`` -> forget).
 
-    The earliest match wins, so with TOFU's splits ``retain_Truth_Ratio`` is retain
-    although it contains "ra"-like letters.
+    ``splits``: the run's benchmarks' (``split_vocabulary``); none, no guess. The earliest
+    match wins, so with TOFU's splits ``retain_Truth_Ratio`` is retain although it contains
+    "ra"-like letters.
     """
     text = text.lower()
     hits = [(m.start(), s.key) for s in splits for m in [s.search(text)] if m]
@@ -139,7 +141,7 @@ def cluster_order(view: Any) -> list[tuple[str | None, str | None]]:
     return [(gr, s) for gr in groups for s in sorted({s for g2, s in keys if g2 == gr}, key=split_rank)]
 
 
-def split_title(split: str | None, splits: Sequence[Split] = GENERIC_SPLITS) -> str:
+def split_title(split: str | None, splits: Sequence[Split] = ()) -> str:
     titles = {s.key: s.title for s in splits if s.title}
     return titles.get(split, split) if split else ""
 

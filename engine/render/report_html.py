@@ -17,7 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
-from .clusters import GENERIC_SPLITS, Split, guess_split, split_vocabulary
+from .clusters import Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
 from .runjson import read_run_json
 from .view import computed_text, fmt_secs, from_run_dir, headline, read_evals, read_json
@@ -144,7 +144,7 @@ def _hover(r: RunFolder, redact: Callable[[str], str]) -> str:
 
 
 # ---------------------------------------------------------------------- sections
-def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = GENERIC_SPLITS,
+def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), splits: Sequence[Split] = (),
                     redact: Callable[[str], str] = _same) -> str:
     """One table per benchmark: rows are metrics, columns are runs; headline rows first.
 
@@ -205,7 +205,7 @@ def _delta_cell(first: float | None, other: float | None) -> str:
     return num_cell(d, f"{d:+.4g}")
 
 
-def graphs_section(runs: list[RunFolder], splits: Sequence[Split] = GENERIC_SPLITS) -> str:
+def graphs_section(runs: list[RunFolder], splits: Sequence[Split] = ()) -> str:
     out = []
     for i, r in enumerate(runs):
         if r.run is None:

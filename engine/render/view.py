@@ -7,8 +7,11 @@ directly. They draw a :class:`View`, plain data built from either source:
   read as untrusted input by ``runjson.py``): each node's status, seconds, recompute
   reason and headline value;
 * the *plan view* of an engine ``Graph`` and the run view of a ``RunResult`` in memory,
-  built outside ``render/`` (``engine/views.py``), which hands :func:`as_view` its
-  builder (:func:`add_view_builder`), so this package imports nothing of the engine.
+  built outside ``render/`` (``engine/views.py``). :func:`as_view` names that builder by
+  reference (:data:`ENGINE_BUILDER`, ``"module:function"``, as an entry point names a
+  plugin) and imports it the first time it meets a source that is not a View, so this
+  package imports nothing of the engine and nobody registers anything on import; a
+  third party's builder is added with :func:`add_view_builder`.
 
 Keeping one model means the Mermaid, DOT, SVG and HTML outputs always agree, and the
 run report can draw runs written by another process (or another machine) from their
@@ -21,12 +24,13 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import networkx as nx
 
-from .clusters import GENERIC_SPLITS, UNNAMED, Split, assign_clusters
+from .clusters import UNNAMED, Split, assign_clusters
 from .merge import merge_same_work
 from .runjson import STATUSES, read_run_json
 
@@ -127,7 +131,7 @@ class View:
     mode: str  # "plan" | "run"
     title: str = "evaldag graph"
     meta: dict = field(default_factory=dict)  # executor, wall_seconds, provenance (run view)
-    splits: tuple[Split, ...] = GENERIC_SPLITS  # the data-split names the bands use
+    splits: tuple[Split, ...] = ()  # the data-split names the bands use
 
     def node(self, node_id: str) -> NodeView:
         return self.index()[node_id]
@@ -210,7 +214,7 @@ def display_name(group: str | None, name: str) -> str:
 
 
 def finish_view(nodes: list[NodeView], edges: list[EdgeView], mode: str, title: str, meta: dict,
-            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
+            splits: Sequence[Split] = ()) -> View:
     nodes, edges = merge_same_work(nodes, edges)
     view = View(nodes, edges, mode, title, meta, tuple(splits))
     assign_clusters(view)
@@ -265,7 +269,7 @@ def read_evals(folder: Path) -> dict[str, dict]:
 
 
 def from_run_dir(folder: str | os.PathLike, *, show_resources: bool = False, title: str | None = None,
-                 splits: Sequence[Split] = GENERIC_SPLITS, shown: str | os.PathLike | None = None) -> View:
+                 splits: Sequence[Split] = (), shown: str | os.PathLike | None = None) -> View:
     """The run view of a finished run's folder (``run.json`` plus its ``*_EVAL.json``).
 
     Files are read from ``folder``; the engine (``engine/views.py``) passes the folder of
@@ -334,9 +338,20 @@ def _eval_value(evals: dict[str, dict], group: str | None, name: str) -> float |
 
 
 # ---------------------------------------------------------------------- dispatch
-#: builders of a View from other objects (``engine/views.py`` adds the Graph / RunResult one);
-#: each returns None for a source it does not know
+#: the engine's builder of a View from a Graph, a RunResult, configured metrics or a run folder
+#: (read from its published set), imported the first time :func:`as_view` needs a builder
+ENGINE_BUILDER = "evaldag.engine.views:view_of"
+#: builders of a View from other objects, in order; each returns None for a source it does not know
 _BUILDERS: list[Callable[..., "View | None"]] = []
+
+
+def _builders() -> list[Callable[..., "View | None"]]:
+    module, _, name = ENGINE_BUILDER.partition(":")
+    try:
+        engine = getattr(import_module(module), name)
+    except ImportError:  # render/ on its own: it draws Views and run folders
+        return _BUILDERS
+    return [engine, *(b for b in _BUILDERS if b is not engine)]
 
 
 def add_view_builder(builder: Callable[..., "View | None"]) -> None:
@@ -347,19 +362,20 @@ def add_view_builder(builder: Callable[..., "View | None"]) -> None:
 
 
 def as_view(source: Any, *, store: Any = None, show_resources: bool = False, title: str | None = None,
-            splits: Sequence[Split] = GENERIC_SPLITS) -> View:
-    """Anything drawable -> View: a View, a run folder, or what a builder knows (with
-    ``evaldag.engine`` imported: a Graph, a RunResult, configured metrics).
+            splits: Sequence[Split] | None = None) -> View:
+    """Anything drawable -> View: a View, a run folder, or what a builder knows (the engine's:
+    a Graph, a RunResult, configured metrics).
 
-    ``splits``: the data-split names the bands use (a benchmark's ``splits`` added to the generic ones).
+    ``splits``: the data-split names the bands use; None: the engine's builder takes those of
+    the benchmarks the source ran (``Benchmark.splits``), and without it there are no split bands.
     """
     kw = dict(show_resources=show_resources, title=title, splits=splits)
     if isinstance(source, View):
         return source
-    for builder in _BUILDERS:  # the engine's first: a run folder read from its published set
+    for builder in _builders():  # the engine's first: a run folder read from its published set
         view = builder(source, store=store, **kw)
         if view is not None:
             return view
     if isinstance(source, (str, os.PathLike)):
-        return from_run_dir(source, **kw)
+        return from_run_dir(source, **{**kw, "splits": splits or ()})
     raise TypeError(f"cannot draw {type(source).__name__}: give a Graph, a RunResult, a run folder or metrics")

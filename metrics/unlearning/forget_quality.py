@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...engine import Result, metric
+from ...engine.knowledge import neg_log10
 
 NO_RETAIN_FQ = "no retain-model truth ratios: forget quality needs --retain-logs or --retain-model (open-unlearning: retain_logs_path)"
 
@@ -49,7 +50,9 @@ def forget_quality(
     return out
 
 
-@metric("forget_quality", version="1", parents={"forget": "truth_ratio"})
+@metric("forget_quality", version="1", parents={"forget": "truth_ratio"},
+        knowledge=neg_log10("a KS p-value: near 1 when the truth ratios look like the retain model's (forgotten), "
+                            "tiny when they do not; -log10 keeps its scale"))
 def forget_quality_node(forget: Result, retain: Result | None = None) -> Result:
     """KS-test p-value between the model's and the retain model's per-item forget truth ratios.
 

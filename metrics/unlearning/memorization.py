@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...engine import Params, Result, metric
+from ...engine.knowledge import as_is
 from .blocks import index_keys, mean_of_field, with_reason
 from .scoring import note_truncation, qa_stats, rows_of
 
@@ -106,7 +107,8 @@ class MemorizationParams(Params):
     strict: bool = False  # True: "no matching suffix" scores 0 instead of open-unlearning's 1/n
 
 
-@metric("extraction_strength", version="1", params=MemorizationParams, parents={"stats": qa_stats(field="answer")})
+@metric("extraction_strength", version="1", params=MemorizationParams, parents={"stats": qa_stats(field="answer")},
+        knowledge=as_is("the share of the answer the model completes by itself: more when it has it memorized"))
 def extraction_strength_node(stats: dict, params: MemorizationParams) -> Result:
     """1 - k/n, k the start of the longest suffix the model predicts correctly (teacher forcing)."""
     rows = [opts[0] for opts in rows_of(stats)]
@@ -114,7 +116,8 @@ def extraction_strength_node(stats: dict, params: MemorizationParams) -> Result:
     return Result.from_dict(note_truncation(block, stats))
 
 
-@metric("exact_memorization", version="1", params=MemorizationParams, parents={"stats": qa_stats(field="answer")})
+@metric("exact_memorization", version="1", params=MemorizationParams, parents={"stats": qa_stats(field="answer")},
+        knowledge=as_is("the share of answer tokens the model predicts: more when it has the answer memorized"))
 def exact_memorization_node(stats: dict, params: MemorizationParams) -> Result:
     """Share of scored tokens whose teacher-forced argmax is the label."""
     rows = [opts[0] for opts in rows_of(stats)]

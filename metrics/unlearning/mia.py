@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...engine import Params, Result, metric
+from ...engine.knowledge import distance_from
 from .blocks import as_float_array, index_keys
 from .probability import avg_loss
 from .scoring import grad_norms, note_truncation, qa_stats, rows_of
@@ -193,25 +194,30 @@ def _note_sides(block: dict, forget: dict, holdout: dict) -> dict:
     return block
 
 
-@metric("mia_loss", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT})
+#: every attack's AUC: 0.5 is "cannot tell forget rows from holdout rows", either side is knowledge
+MIA_KNOWLEDGE = distance_from(0.5, "an AUC of 0.5 cannot tell forget rows from holdout rows (forgotten); "
+                                   "away from 0.5 on either side it can, so |AUC - 0.5|, never the AUC itself")
+
+
+@metric("mia_loss", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT}, knowledge=MIA_KNOWLEDGE)
 def mia_loss(forget: dict, holdout: dict) -> Result:
     """LOSS attack: average loss (eos included) as the non-membership score; AUC forget vs holdout."""
     return _attack(forget, holdout, lambda s: mia_loss_score(s.logprob))
 
 
-@metric("mia_zlib", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_zlib", version="2", parents={"forget": _FORGET, "holdout": _HOLDOUT}, knowledge=MIA_KNOWLEDGE)
 def mia_zlib(forget: dict, holdout: dict) -> Result:
     """ZLib attack: average loss divided by the zlib-compressed length of the scored text."""
     return _attack(forget, holdout, lambda s: mia_zlib_score(s.logprob, s.text))
 
 
-@metric("mia_min_k", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT})
+@metric("mia_min_k", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT}, knowledge=MIA_KNOWLEDGE)
 def mia_min_k(forget: dict, holdout: dict, params: KParams) -> Result:
     """Min-K% attack: negated mean of the lowest k-fraction of token log-probs (eos dropped)."""
     return _attack(forget, holdout, lambda s: mia_min_k_score(s.logprob, k=params.k))
 
 
-@metric("mia_min_k_plus_plus", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT},
+@metric("mia_min_k_plus_plus", version="2", params=KParams, parents={"forget": _FORGET, "holdout": _HOLDOUT}, knowledge=MIA_KNOWLEDGE,
         uses={"token_stats": ("mu", "var")})
 def mia_min_k_plus_plus(forget: dict, holdout: dict, params: KParams) -> Result:
     """Min-K%++ attack: Min-K% on log-probs standardised by the model's own mean and variance."""
@@ -227,6 +233,7 @@ def mia_min_k_plus_plus(forget: dict, holdout: dict, params: KParams) -> Result:
         "ref_forget": qa_stats(field="answer", bind={"model": "reference_model"}),
         "ref_holdout": qa_stats(field="answer", bind={"model": "reference_model", "data": "holdout"}),
     },
+    knowledge=MIA_KNOWLEDGE,
 )
 def mia_reference(forget: dict, holdout: dict, ref_forget: dict, ref_holdout: dict) -> Result:
     """Reference attack: the target's average loss minus the reference model's on the same text."""
@@ -235,7 +242,8 @@ def mia_reference(forget: dict, holdout: dict, ref_forget: dict, ref_holdout: di
     return Result.from_dict(_note_sides(mia_block(f, h), forget, holdout))
 
 
-@metric("mia_gradnorm", version="2", parents={"forget": grad_norms(), "holdout": grad_norms(bind={"data": "holdout"})})
+@metric("mia_gradnorm", version="2", parents={"forget": grad_norms(), "holdout": grad_norms(bind={"data": "holdout"})},
+        knowledge=MIA_KNOWLEDGE)
 def mia_gradnorm(forget: dict, holdout: dict) -> Result:
     """GradNorm attack: mean over parameters of each parameter's gradient norm, per item."""
     block = mia_block([mia_gradnorm_score(x) for x in forget["values"]], [mia_gradnorm_score(x) for x in holdout["values"]])

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ...engine import Params, Result, metric
+from ...engine.knowledge import signed
 
 
 def privleak(auc_model: float, auc_retain: float | None = None, ref_value: float = 0.5) -> dict[str, Any]:
@@ -40,7 +41,9 @@ class PrivleakParams(Params):
     ref_value: float = 0.5  # used when no retain-model AUC is available
 
 
-@metric("privleak", version="1", params=PrivleakParams, parents={"forget": "mia_min_k"})
+@metric("privleak", version="1", params=PrivleakParams, parents={"forget": "mia_min_k"},
+        knowledge=signed(-0.01, "negative when the model tells forget from holdout rows better than the retain model "
+                                "(it still knows them), positive when worse; 0 is the retain model: signed, so no ratio"))
 def privleak_node(forget: Result, params: PrivleakParams, retain: Result | None = None) -> Result:
     """Relative difference of 1-AUC (Min-K%) between the model and the retain model, in percent."""
     auc_retain = retain.agg_value if retain is not None else None

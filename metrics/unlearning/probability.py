@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...engine import Result, metric
+from ...engine.knowledge import as_is
 from .blocks import EPS, as_float_array, index_keys, mean_of_field, mean_over_options, paired_block, with_reason
 from .scoring import carry_truncation, has_options, note_truncation, qa_stats, rows_of
 
@@ -98,7 +99,8 @@ def normalised_probability_block(correct: Mapping[str, Any], wrong: Mapping[str,
     return with_reason({"agg_value": mean_of_field(vbi, "prob"), "value_by_index": vbi}, "prob", "normalised probability")
 
 
-@metric("probability", version="1", parents={"stats": qa_stats(field="answer")})
+@metric("probability", version="1", parents={"stats": qa_stats(field="answer")},
+        knowledge=as_is("the mean probability of the answer: a model that knows it gives it more"))
 def probability(stats: dict) -> Result:
     """Q_A_Prob, Q_A_PARA_Prob, Q_A_PERT_Prob: exp(-avg_loss) per item (per option), averaged."""
     rows = rows_of(stats)
@@ -113,6 +115,7 @@ def probability(stats: dict) -> Result:
     "probability_normalised",
     version="1",
     parents={"correct": probability(), "wrong": probability(parents={"stats": qa_stats(field="perturbed_answer")})},
+    knowledge=as_is("the correct answer's share of the probability: higher when the model knows which one is right"),
 )
 def probability_normalised(correct: Result, wrong: Result) -> Result:
     """ra/wf_Q_A_Prob_normalised: p_correct / (p_correct + sum of p_wrong)."""

@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from ...engine import Params, Result, metric
+from ...engine.knowledge import as_is
 from ...engine.adapters.base import PromptTemplate
 from .blocks import index_keys, mean_of_field, with_reason
 from .scoring import prefill_ids, qa_generations
@@ -138,7 +139,8 @@ def _decode(enc: Any, ids: Any) -> str:
     return enc.decode([int(i) for i in ids], skip_special_tokens=True, clean_up_tokenization_spaces=True)
 
 
-@metric("rouge", version="1", params=RougeParams, parents={"gen": qa_generations()}, needs=("model", "data"))
+@metric("rouge", version="1", params=RougeParams, parents={"gen": qa_generations()}, needs=("model", "data"),
+        knowledge=as_is("the overlap of the generated answer with the true one: more when the model can say it"))
 def rouge(gen: dict, model: Any, data: list[dict], params: RougeParams) -> Result:
     """ROUGE of each greedy generation against the row's ground truth (the tokenizer only).
 

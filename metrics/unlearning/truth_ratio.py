@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ...engine import Params, Result, metric
+from ...engine.knowledge import Knowledge, as_is, one_minus
 from .blocks import EPS, mean_over_options, paired_block, with_reason
 from .probability import probability
 from .scoring import carry_truncation, qa_stats
@@ -83,6 +84,14 @@ class TruthRatioParams(Params):
     aggregator: str = "closer_to_1_better"  # or true_better, prob_mean
 
 
+def truth_ratio_knowledge(params: TruthRatioParams) -> Knowledge:
+    """The direction depends on the aggregator: ``closer_to_1_better`` is near 1 when the model
+    finds right and wrong answers equally likely (forgotten); the other two grow with knowledge."""
+    if params.aggregator == "closer_to_1_better":
+        return one_minus("min(tr, 1/tr) is near 1 when right and wrong answers are equally likely (forgotten)")
+    return as_is(f"{params.aggregator}: higher when the right answer is likelier than the wrong ones")
+
+
 @metric(
     "truth_ratio",
     version="1",
@@ -91,6 +100,7 @@ class TruthRatioParams(Params):
         "correct": probability(parents={"stats": qa_stats(field="paraphrased_answer")}),
         "wrong": probability(parents={"stats": qa_stats(field="perturbed_answer")}),
     },
+    knowledge=truth_ratio_knowledge,
 )
 def truth_ratio(correct: Result, wrong: Result, params: TruthRatioParams) -> Result:
     """Per item p(wrong, geometric mean over options) / p(correct); aggregated by ``aggregator``."""

@@ -1,4 +1,4 @@
-"""docs/coming-from.md (issue 30 item 5): each ported example runs as written, and its numbers are right.
+"""docs/coming-from.md: each ported example runs as written, and its numbers are right.
 
 The open-unlearning handlers and configs are run with the page's own command (paths
 replaced by the tiny fixtures); their values are checked against TOFU's built-in metrics

@@ -115,7 +115,7 @@ def test_cli_bad_flags_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "--trace-samples: wants a whole number > 0, not '0'" in err
     assert cli.main([*base, "--base-model", "/nowhere/model"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--base-model /nowhere/model: no such folder: /nowhere/model" in err  # issue 25 item 1
+    assert err.count("\n") == 1 and "--base-model /nowhere/model: no such folder: /nowhere/model" in err
 
 
 def test_metric_group_words_are_not_metric_names():
@@ -140,7 +140,7 @@ def test_editing_and_tofu_options_parse_together(order):
 
 
 def test_model_specs_name_the_checkpoints_and_a_server_model_cannot_give_weights(edited, tmp_path, capsys, cache_dir):
-    """Issue 23: --model/--base-model take model specs as every benchmark does. `hf:DIR` is the
+    """--model/--base-model take model specs as every benchmark does. `hf:DIR` is the
     folder itself (same fingerprints: the bare-path run's cache serves it, same numbers), and a
     server model (openai:URL) is refused for the metric that reads both checkpoints' weights,
     in one line, before anything is contacted or loaded."""

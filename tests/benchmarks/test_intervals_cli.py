@@ -44,3 +44,21 @@ def test_warm_rerun_with_intervals_forwards_nothing(tmp_path):
     assert json.loads((again / "TOFU_INTERVALS_EVAL.json").read_text()) == ivs
     nodes = json.loads((again / "run.json").read_text())["nodes"]
     assert all(n["status"] == "cached" for n in nodes.values())
+    # on request, the intervals in TOFU_SUMMARY.json too, under "intervals"; every other key as it was
+    asked = _run(tmp_path, "asked", "--bootstrap-resamples", "200", "--seed", "5", "--summary-intervals")
+    summary, plain = json.loads((asked / "TOFU_SUMMARY.json").read_text()), json.loads((cold / "TOFU_SUMMARY.json").read_text())
+    assert {k: v for k, v in summary.items() if k != "intervals"} == plain
+    assert (asked / "TOFU_EVAL.json").read_bytes() == (cold / "TOFU_EVAL.json").read_bytes()
+    assert set(summary["intervals"]) == set(ivs)
+    for name, iv in summary["intervals"].items():
+        assert iv == {"percentile": ivs[name]["percentile"], "BCa": ivs[name]["BCa"], "confidence_level": 0.95,
+                      "n_resamples": 200, "seed": 5}, name
+
+
+def test_summary_intervals_without_resamples_is_one_line(tmp_path, capsys):
+    argv = ["run", "tofu", "--quiet", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
+            "--summary-intervals", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["evaldag: error: summary_intervals (--summary-intervals) wants bootstrap_resamples > 0 "
+                   "(--bootstrap-resamples N): there are no intervals to write"]

@@ -1,24 +1,22 @@
 """``--limit``: the first N rows of every split (a fraction below 1), one meaning for every benchmark."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from evaldag.engine.resources import Rows, first_rows
 
+from ..inprocess import run_cli
+
 FIX = Path(__file__).parents[1] / "fixtures"
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 def tofu(tmp: Path, name: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([EVALDAG, "run", "tofu", "--model", str(FIX / "tiny-llama" / "target"), "--data", str(FIX / "tofu_tiny"),
-                           "--metrics", "forget_Q_A_Prob,forget_truth_ratio", "--quiet", "--out", str(tmp / name),
-                           "--cache-dir", str(tmp / "cache"), *extra], capture_output=True, text=True, env=ENV)
+    return run_cli(["run", "tofu", "--model", FIX / "tiny-llama" / "target", "--data", FIX / "tofu_tiny",
+                    "--metrics", "forget_Q_A_Prob,forget_truth_ratio", "--quiet", "--out", tmp / name,
+                    "--cache-dir", tmp / "cache", *extra])
 
 
 def test_first_rows():
@@ -60,5 +58,5 @@ def test_bad_limit_is_one_line(tmp_path, bad):
 
 
 def test_one_declaration_for_every_benchmark():
-    text = subprocess.run([EVALDAG, "run", "tofu", "muse", "lmeval", "--help"], capture_output=True, text=True, env=ENV).stdout
+    text = run_cli(["run", "tofu", "muse", "lmeval", "--help"]).stdout
     assert text.count("\n  --limit N ") == 1 and "documents of every task (lmeval)" in " ".join(text.split())

@@ -1,6 +1,6 @@
 """What an lm-evaluation-harness task reads is what its cached value depends on.
 
-Each test runs ``evaldag run lmeval`` as a user does (the CLI, in a subprocess, one cache),
+Each test runs ``evaldag run lmeval`` as a user does (the CLI's entry point in the test's process, one cache),
 edits one input lm-evaluation-harness reads -- a data file a ``data_files`` glob resolves
 to, a file in a local ``dataset_path`` folder, the ``!function`` module of a YAML pulled in
 by ``include:`` from another folder -- and reruns: the value must be the one a fresh cache
@@ -11,27 +11,22 @@ is named with its file and line, not reported as an unknown task.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tests.benchmarks.lmeval_tasks import MODEL, _rows, need_lm_eval
-
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from tests.inprocess import run_cli
 
 MC = ("output_type: multiple_choice\ndoc_to_text: \"Question: {{question}}\\nAnswer:\"\n"
       "doc_to_choice: \"{{choices}}\"\ndoc_to_target: gold\nmetric_list:\n  - metric: acc\n")
 
 
 def lmeval(task: str, include: Path, out: Path, cache: Path) -> tuple[subprocess.CompletedProcess, dict | None]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([EVALDAG, "run", "lmeval", "--tasks", task, "--include-path", str(include), "--model", str(MODEL),
-                           "--dtype", "fp32", "--device", "cpu", "--bootstrap-iters", "0", "--out", str(out),
-                           "--cache-dir", str(cache), "--quiet"], capture_output=True, text=True, env=env, timeout=600)
+    proc = run_cli(["run", "lmeval", "--tasks", task, "--include-path", include, "--model", MODEL, "--dtype", "fp32",
+                    "--device", "cpu", "--bootstrap-iters", "0", "--out", out, "--cache-dir", cache, "--quiet"])
     summary = out / "LMEVAL_SUMMARY.json"
     return proc, json.loads(summary.read_text()) if proc.returncode == 0 and summary.is_file() else None
 

@@ -39,7 +39,7 @@ def test_hf_run_then_warm_rerun(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "PROBES_SUMMARY.json").read_text())
     assert "DirectProbe/fail_rate" in summary and "DiscriminationTamkinProbe/max_diff" in summary
     evals = json.loads((tmp_path / "out" / "PROBES_EVAL.json").read_text())
-    # "reasons" only when a metric is NaN (written as null, issue 25 item 3)
+    # "reasons" only when a metric is NaN (written as null)
     assert set(evals["DirectProbe"]) - {"reasons"} == {"metrics", "intervals", "marks"}
     assert "Probe marks" in (tmp_path / "out" / "report.html").read_text()
     capsys.readouterr()

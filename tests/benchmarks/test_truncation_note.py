@@ -1,4 +1,4 @@
-"""A sequence cut to the model's context is recorded per item and warned about (issue 11.6)."""
+"""A sequence cut to the model's context is recorded per item and warned about."""
 
 from __future__ import annotations
 

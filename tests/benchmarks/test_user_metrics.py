@@ -68,7 +68,7 @@ def test_ungrouped_user_metric_is_written_under_the_run_name(tmp_path):
     assert result.ok
     write_report(result, tmp_path / "a")
     files = sorted(p.name for p in (tmp_path / "a").iterdir() if p.name != ".evaldag")  # .evaldag: the sets behind the names
-    # write_report writes the report its name promises (issue 25 item 17)
+    # write_report writes the report its name promises
     assert files == ["RUN_EVAL.json", "RUN_SUMMARY.json", "TOY_EVAL.json", "TOY_SUMMARY.json", "report.html", "run.json"]
     expected = _by_hand(0)
     assert json.loads((tmp_path / "a" / "RUN_EVAL.json").read_text()) == {"my_logprob": {"agg_value": pytest.approx(expected, rel=1e-6)}}

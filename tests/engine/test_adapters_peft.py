@@ -1,4 +1,4 @@
-"""LoRA/PEFT adapters (issue 31 item 1): fingerprint = base + adapter files, the CLI's
+"""LoRA/PEFT adapters: fingerprint = base + adapter files, the CLI's
 ``--model ADAPTER_DIR`` / ``--adapter-base``, one base loaded once in a sweep, numbers equal
 to the merged adapter evaluated as a plain checkpoint.
 

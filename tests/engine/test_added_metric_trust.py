@@ -1,4 +1,4 @@
-"""``--add-metric FILE.py`` as a user runs it (``evaldag run tofu`` in a subprocess, one cache):
+"""``--add-metric FILE.py`` as a user runs it (``evaldag run tofu``; a rerun after an edit in a new process, one cache):
 what the file's code is, what its metrics are called, and what its import may do.
 
 * A helper the metric or an open-unlearning handler calls, edited in the same file: the
@@ -12,17 +12,16 @@ what the file's code is, what its metrics are called, and what its import may do
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from ..inprocess import run_cli, run_fresh
+
 FIX = Path(__file__).parents[1] / "fixtures"
 TARGET = FIX / "tiny-llama" / "target"
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
 ROWS = 8  # rows per TOFU subset: enough to tell values apart, a fraction of the time
 
 
@@ -40,11 +39,14 @@ def data(tmp_path_factory) -> Path:
     return trimmed(tmp_path_factory.mktemp("tofu"))
 
 
+def tofu_args(data: Path, out: Path, cache: Path, *extra: str) -> list[str]:
+    return ["run", "tofu", "--model", str(TARGET), "--data", str(data), "--metrics", "forget_Q_A_Prob", "--device", "cpu",
+            "--dtype", "fp32", "--out", str(out), "--cache-dir", str(cache), "--quiet", *extra]
+
+
 def tofu(data: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([EVALDAG, "run", "tofu", "--model", str(TARGET), "--data", str(data), "--metrics", "forget_Q_A_Prob",
-                           "--device", "cpu", "--dtype", "fp32", "--out", str(out), "--cache-dir", str(cache), "--quiet", *extra],
-                          capture_output=True, text=True, env=env, timeout=900)
+    """One run in the test's process: a file that is refused is never imported for good."""
+    return run_cli(tofu_args(data, out, cache, *extra))
 
 
 def read(out: Path, name: str) -> dict:
@@ -114,10 +116,13 @@ def handler_case(tmp: Path) -> tuple[tuple[str, ...], Callable[[], object], Call
 
 
 def edited_run(tmp: Path, data: Path, args: tuple[str, ...], edit: Callable[[], object]) -> list[subprocess.CompletedProcess]:
-    """Run, edit, rerun on the same cache ("after"), and the edited file on a fresh cache ("fresh")."""
-    first = tofu(data, tmp / "before", tmp / "cache", *args)
+    """Run, edit, rerun on the same cache ("after"), and the edited file on a fresh cache ("fresh"):
+    the first run in a process of its own, the other two together in a second one (a user's
+    rerun is a new process: the file is imported afresh)."""
+    first = run_fresh(tofu_args(data, tmp / "before", tmp / "cache", *args))
     edit()
-    return [first, tofu(data, tmp / "after", tmp / "cache", *args), tofu(data, tmp / "fresh", tmp / "cache-fresh", *args)]
+    return first + run_fresh(tofu_args(data, tmp / "after", tmp / "cache", *args),
+                             tofu_args(data, tmp / "fresh", tmp / "cache-fresh", *args))
 
 
 @pytest.mark.parametrize("case", [metric_file_case, handler_case], ids=lambda c: c.__name__)

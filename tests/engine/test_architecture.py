@@ -192,10 +192,14 @@ def _namespace_functions(trees: dict[str, "ast.Module"]) -> set[str]:
 def namespace_writes(tree: "ast.Module", returning: set[str]) -> list[str]:
     """``X.attr = ...`` / ``X.attr += ...`` / ``setattr(X, ...)`` where X is a Namespace inside a
     function: a parameter annotated so, or a name bound to ``parse_args(...)``,
-    ``argparse.Namespace(...)`` or a call of a function in ``returning``."""
+    ``argparse.Namespace(...)`` or a call of a function in ``returning``. An ``argparse.Action``'s
+    ``__call__`` is the parse itself (argparse hands it the Namespace it fills), not a write after it."""
     out = []
+    parsing = {id(fn) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+               and any(ast.unparse(b).endswith("Action") for b in cls.bases)
+               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"}
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(fn) in parsing:
             continue
         params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         names = {a.arg for a in params if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
@@ -255,3 +259,192 @@ def test_only_the_parse_step_reads_a_benchmarks_config_from_a_namespace():
              and isinstance(n.func, ast.Attribute) and n.func.attr in ("config_from_args", "metrics_from_args")
              and ast.unparse(n.func.value) not in ("self", "super()")]  # a benchmark's own, inside config_from_args
     assert not calls, calls
+
+
+def test_the_distributed_executor_calls_only_the_declared_adapter_members():
+    """``distributed/`` serves any backend: what it asks of a loaded adapter is declared on
+    ``backend.ModelAdapter`` (``lockstep()`` for weights split over the ranks), never an HF
+    adapter's own attributes (its ``model``, its ``pad_id``)."""
+    from evaldag.engine.backend import ModelAdapter
+
+    used = set()
+    for f in sorted((ROOT / "engine" / "distributed").glob("*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "adapter":
+                used.add(n.attr)
+    assert used and not used - set(dir(ModelAdapter)), sorted(used - set(dir(ModelAdapter)))
+
+
+# -- importing the engine changes nothing -----------------------------------------------------
+def import_time_mutations(tree: "ast.Module") -> list[str]:
+    """Module-level statements that change another module's objects when this one is imported:
+    ``Imported.attr = ...`` (a method attached to a class from outside) and calls of the hooks
+    that did so (``install()``, ``add_view_builder(...)``)."""
+    imported = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    out = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            base = t
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(t, ast.Attribute) and isinstance(base, ast.Name) and base.id in imported:
+                out.append(f"line {node.lineno}: {ast.unparse(t)} = ...")
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            f = node.value.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("install", "add_view_builder"):
+                out.append(f"line {node.lineno}: {ast.unparse(node.value)}")
+    return out
+
+
+def test_importing_the_engine_attaches_nothing_to_a_class_of_another_module():
+    """The classes declare their own methods (`Graph._repr_svg_`, `RunResult.to_pandas`, ...) and reach
+    higher layers through `hooks.py`'s tables; no engine module patches another's objects on import."""
+    bad = [f"{f.relative_to(ROOT)}: {m}" for f in sorted((ROOT / "engine").rglob("*.py"))
+           for m in import_time_mutations(ast.parse(f.read_text()))]
+    assert not bad, "import-time mutations:\n" + "\n".join(bad)
+
+
+def test_the_import_time_check_can_fail():
+    src = '''
+from .graph import Graph
+from . import notebook, views
+import evaldag.engine.results as results
+Graph._repr_svg_ = lambda self: ""
+results.RunResult.to_pandas = None
+notebook.install()
+views.add_view_builder(print)
+LOCAL = {}
+LOCAL_ATTR = Graph.order
+'''
+    assert import_time_mutations(ast.parse(src)) == [
+        "line 5: Graph._repr_svg_ = ...", "line 6: results.RunResult.to_pandas = ...", "line 7: notebook.install()",
+        "line 8: views.add_view_builder(print)"]
+
+
+# -- the picture's arrows are imports ---------------------------------------------------------
+_BOX_NAME = re.compile(r"[\w/]+\.py|\w+/")
+_UP = "│├┤┬"  # a vertical line (or a branch on it) continues upwards
+
+
+def picture_arrows(page: str) -> list[tuple[str, str]]:
+    """(source, target) for each arrow of the page's picture of the engine.
+
+    ``a ──► b`` on one line is a -> b; ``b, c`` after an arrow are two targets; an arrow that
+    starts at a branch (``├──►``, ``└──►``, a ``┬`` on a horizontal line) comes from the name
+    its line leads up to, read column by column as the eye follows it.
+    """
+    block = page.split("```", 2)[1].splitlines()
+
+    def names(line: str) -> list[re.Match]:
+        return list(_BOX_NAME.finditer(line))
+
+    def name_at(i: int, col: int) -> str | None:
+        return next((m.group() for m in names(block[i]) if m.start() <= col < m.end()), None)
+
+    def source(i: int, col: int) -> str | None:
+        """The name the shaft ending left of ``col`` on line ``i`` comes from."""
+        line = block[i]
+        while col > 0 and line[col - 1] in "─┬┴":
+            col -= 1
+        if col > 0 and line[col - 1] == " ":  # `a ──► b`: the name before the spaces
+            end = len(line[:col].rstrip(" "))
+            m = [m for m in names(line[:end]) if m.end() == end]
+            return m[0].group() if m else None
+        if col > 0 and line[col - 1] in "└├":
+            col -= 1
+            for j in range(i - 1, -1, -1):
+                ch = block[j][col] if col < len(block[j]) else " "
+                if ch == "┬":
+                    return source(j, col)
+                if ch not in _UP:
+                    return name_at(j, col)
+        return None
+
+    arrows = []
+    for i, line in enumerate(block):
+        for m in re.finditer(r"─+►", line):
+            src = source(i, m.start())
+            rest = line[m.end():]
+            target = re.match(r"\s*(" + _BOX_NAME.pattern + r")((?:,\s*(?:" + _BOX_NAME.pattern + r"))*)", rest)
+            if src and target:
+                arrows += [(src, t.strip()) for t in [target.group(1), *target.group(2).split(",")[1:]]]
+    return arrows
+
+
+def _module(name: str) -> str:
+    return "evaldag.engine." + name.rstrip("/").removesuffix(".py").replace("/", ".")
+
+
+def false_arrows(page: str) -> list[str]:
+    return [f"{a} ──► {b}" for a, b in picture_arrows(page) if not _edges(_module(a), _module(b))]
+
+
+def test_every_arrow_of_the_picture_is_an_import():
+    """The picture is a claim about the imports: each arrow it draws is an import the code makes."""
+    arrows = picture_arrows(PAGE)
+    assert ("session.py", "report.py") in arrows and ("run.py", "executor.py") in arrows and len(arrows) >= 14
+    assert not false_arrows(PAGE), "docs/architecture.md draws arrows the imports do not follow:\n" + \
+        "\n".join(false_arrows(PAGE))
+
+
+def test_the_arrow_check_can_fail():
+    """The same reader, on a page that draws an import the code does not make (the render leaf
+    importing the engine) and branches that lead up to the wrong parent."""
+    wrong = '''```
+ engine     │ cli/  ──► options.py                                      │
+            │   └──► session.py                                         │
+            │         ├──► render/ ──► graph.py
+            │         │        └──► cli/
+            │         └──► report.py, declare.py
+```'''
+    assert picture_arrows(wrong) == [("cli/", "options.py"), ("cli/", "session.py"), ("session.py", "render/"),
+                                     ("render/", "graph.py"), ("render/", "cli/"), ("session.py", "report.py"),
+                                     ("session.py", "declare.py")]
+    assert false_arrows(wrong) == ["session.py ──► render/", "render/ ──► graph.py", "render/ ──► cli/",
+                                   "session.py ──► declare.py"]
+
+
+# -- "imported by" / "used by": the page's lists of importers are complete --------------------
+_LIST = r"((?:`[\w/.]+`(?:,[ \n]+|[ \n]+and[ \n]+)?)+)"
+
+
+def importer_claims(page: str) -> list[tuple[str, list[str]]]:
+    """(module, the engine modules the page says import it): "`X` is imported by `a`, `b` and `c`"
+    in the prose and "used by `a` and `b`" in X's row of the module table."""
+    out = [(m.group(1), re.findall(r"`([\w/.]+)`", m.group(2)))
+           for m in re.finditer(r"`([\w/.]+)` is imported by " + _LIST, page)]
+    out += [(m.group(1), re.findall(r"`([\w/.]+)`", m.group(2)))
+            for m in re.finditer(r"^\| `([\w/.]+)` \|[^\n]*?used by " + _LIST, page, re.M)]
+    return out
+
+
+def wrong_importer_lists(page: str) -> list[str]:
+    e = "evaldag.engine"
+    bad = []
+    for name, claimed in importer_claims(page):
+        target = _module(name)
+        inside = lambda m: m == target or m.startswith(target + ".")  # noqa: E731
+        actual = {a for a, b in import_graph().edges if inside(b) and not inside(a) and a.startswith(e + ".")}
+        actual_paths = sorted(a.removeprefix(e + ".").replace(".", "/") + ".py" for a in actual)
+        if sorted(claimed) != actual_paths:
+            bad.append(f"{name}: the page says {sorted(claimed)}, the imports say {actual_paths}")
+    return bad
+
+
+def test_the_pages_lists_of_importers_are_the_imports():
+    """A list of who imports a module is complete: a newcomer reads it as "only these"."""
+    assert {n for n, _ in importer_claims(PAGE)} >= {"render/", "options.py"}
+    assert not wrong_importer_lists(PAGE), "\n".join(wrong_importer_lists(PAGE))
+
+
+def test_the_importer_check_can_fail():
+    wrong = ("`render/` is imported by `views.py` and `report.py`, and by the plugins.\n"
+             "| `options.py` | the parse step; used by `cli/run.py` and `export.py` |\n")
+    assert importer_claims(wrong) == [("render/", ["views.py", "report.py"]), ("options.py", ["cli/run.py", "export.py"])]
+    bad = wrong_importer_lists(wrong)
+    assert len(bad) == 2 and bad[0].startswith("render/: the page says ['report.py', 'views.py'], the imports say [")
+    assert "'cli/graph.py'" in bad[0] and "'export.py'" in bad[1]

@@ -1,4 +1,4 @@
-"""One bad input, one line: errors named before any model loads, exit 2, nothing written (issue 11, items 2, 3, 7)."""
+"""One bad input, one line: errors named before any model loads, exit 2, nothing written."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""A shared read-only cache (issue 11, item 4): a warm run writes nothing, new work is refused
+"""A shared read-only cache: a warm run writes nothing, new work is refused
 up front naming the nodes, or goes to a writable cache layered over the read-only one."""
 
 import json

@@ -1,4 +1,4 @@
-"""`evaldag cache clear` / `prune` touch only what the cache wrote (issue 11, item 1)."""
+"""`evaldag cache clear` / `prune` touch only what the cache wrote."""
 
 import os
 import subprocess

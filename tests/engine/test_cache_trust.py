@@ -1,4 +1,4 @@
-"""Cache trust (issue 17): a stale file hash, forged and misplaced entries, links, temporaries,
+"""Cache trust: a stale file hash, forged and misplaced entries, links, temporaries,
 outputs written as one set, failures that always print, request keys by device."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 31 item 5: a long option's prefix is an error, never another option.
+"""A long option's prefix is an error, never another option.
 
 `--base-model X` once silently set another option; with prefixes accepted, `--base`
 would be `--base-model` for the editing benchmark today and ambiguous once

@@ -4,10 +4,9 @@ entries (counted as skipped), a source that is the destination through a link, `
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,16 @@ from evaldag.engine import run
 from evaldag.engine.selection import parse, select
 from evaldag.benchmarks import toy
 
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from ..inprocess import run_cli
+
 FIX = Path(__file__).parents[1] / "fixtures"
 TINY = FIX / "tiny-llama"
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _evaldag(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([EVALDAG, *map(str, args)], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=600)
+    """The command in the test's process, in ``cwd`` when given (relative paths are the user's)."""
+    with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
+        return run_cli(list(args))
 
 
 def _linked(src: Path, outside: Path) -> list[Path]:

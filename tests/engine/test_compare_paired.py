@@ -59,3 +59,61 @@ def test_paired_interval_and_holm_on_the_fixture_runs(tmp_path):
     m = len(rows) - 2  # all but forget quality and privleak (they need the retain side)
     assert len(tested) == m == 31 and tested[0][1] == pytest.approx(min(1.0, m * tested[0][0]))
     assert all(h >= p for p, h in tested)
+
+
+def _pool(path: Path, rows) -> Path:
+    path.mkdir()
+    for i, values in enumerate(rows):
+        _folder(path / f"seed-{i}", {"forget_Q_A_Prob": _prob(list(values))})
+    return path
+
+
+def test_pooled_seeds_cluster_bootstrap_of_the_difference(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    A = rng.uniform(0.2, 0.6, (3, 8))
+    B = rng.uniform(0.3, 0.7, (2, 8)) + np.array([[0.0], [0.2]])
+    fa, fb = _pool(tmp_path / "ga", A), _pool(tmp_path / "npo", B)
+    assert cli.main(["compare", str(fa), str(fb)]) == 2
+    assert "--pool" in capsys.readouterr().err
+    assert cli.main(["compare", str(fa), str(fb), "--pool", "--bootstrap-resamples", "300", "--seed", "5",
+                     "--out", str(tmp_path / "d.json")]) == 0
+    row = json.loads((tmp_path / "d.json").read_text())["metrics"][0]
+    assert row["a"] == pytest.approx(A.mean()) and row["b"] == pytest.approx(B.mean())
+    p = row["paired"]
+    # by hand: A's seeds, B's seeds and the items drawn independently; B's mean over its drawn seeds minus A's
+    ref = stats.bootstrap((np.arange(3), np.arange(2), np.arange(8)),
+                          lambda sa, sb, i: float(B[np.ix_(sb, i)].mean() - A[np.ix_(sa, i)].mean()),
+                          vectorized=False, n_resamples=300, method="percentile", rng=np.random.default_rng(5))
+    assert p["percentile"] == pytest.approx(list(ref.confidence_interval), rel=1e-12)
+    assert p["delta"] == pytest.approx(B.mean() - A.mean())
+    assert p["n_items"] == {"seeds A": 3, "seeds B": 2, "items": 8} and p["p_value"] is None
+    assert p["verdict"] == ("inside the noise" if ref.confidence_interval[0] <= 0 <= ref.confidence_interval[1]
+                            else ("B > A" if p["delta"] > 0 else "B < A"))
+    assert p["between_seeds_sd"]["b"] == pytest.approx(float(np.std(B.mean(axis=1), ddof=1)))
+
+
+def test_forget_quality_and_privleak_read_the_retain_logs_the_runs_named(tmp_path):
+    retain_file = OU / "retain_TOFU_EVAL.json"
+    runs = {}
+    for m in ("target", "retain"):
+        evals = json.loads((OU / f"{m}_TOFU_EVAL.json").read_text())
+        if m == "retain":  # the retain model against its own logs
+            evals["forget_quality"], evals["privleak"] = {"agg_value": 1.0}, {"agg_value": 0.0}
+        runs[m] = _folder(tmp_path / m, evals)
+        res = {"model": {"path": m}, "tofu_retain_logs": {"type": "dict", "source": str(retain_file)}}
+        (runs[m] / "run.json").write_text(json.dumps({"nodes": {}, "benchmarks": ["tofu"], "provenance": {"resources": res}}))
+    assert cli.main(["compare", str(runs["target"]), str(runs["retain"]), "--bootstrap-resamples", "200", "--seed", "1",
+                     "--out", str(tmp_path / "d.json")]) == 0
+    rows = {r["metric"]: r for r in json.loads((tmp_path / "d.json").read_text())["metrics"]}
+    fr = {m: np.array([json.loads((OU / f"{m}_TOFU_EVAL.json").read_text())["forget_truth_ratio"]["value_by_index"][str(i)]["score"]
+                       for i in range(40)]) for m in ("target", "retain")}
+    fq = rows["forget_quality"]["paired"]
+    assert fq["statistic"] == "ks"  # B - A on the KS statistic against the retain model's items
+    t, r = fr["target"], fr["retain"]
+    assert fq["delta"] == pytest.approx(0.0 - stats.ks_2samp(t, r).statistic)
+    ref = stats.bootstrap((np.arange(40),), lambda i: stats.ks_2samp(r[i], r[i]).statistic - stats.ks_2samp(t[i], r[i]).statistic,
+                          vectorized=False, n_resamples=200, method="percentile", rng=np.random.default_rng(1))
+    assert fq["percentile"] == pytest.approx(list(ref.confidence_interval), abs=1e-12)
+    pl = rows["privleak"]["paired"]
+    assert pl["delta"] == pytest.approx(rows["privleak"]["delta"], rel=1e-9) and pl["percentile"] is not None
+    assert "p_holm" in fq and "p_holm" in pl

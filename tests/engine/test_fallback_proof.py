@@ -1,4 +1,4 @@
-"""``--fallback`` against real servers on 127.0.0.1, through the CLI: a fallback with other
+"""``--fallback`` against real servers on 127.0.0.1, through the CLI (its entry point in the test's process): a fallback with other
 weights is refused in one line naming both models, with nothing stored; the same weights
 are accepted, give hf:'s numbers, and every number says which backend served it (terminal,
 EVAL, report); a metric that needs what only the fallback has does not move the numbers the
@@ -15,23 +15,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ..inprocess import run_cli
 from ..servers import REPO, TOFU_TINY, VLLM_KEY, build_tiny_llama, start_transformers_serve
 
-EVALDAG = [str(Path(sys.executable).with_name("evaldag"))]
 TINY = REPO / "tests" / "fixtures" / "tiny-llama"
 LOGPROB_TOLERANCE = 0.05  # engine/sameweights.py, documented in docs/servers.md
 
 
 def evaldag(args, cache, **env):
-    e = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", **env}
-    return subprocess.run([*EVALDAG, "run", "tofu", "--tofu-data", str(TOFU_TINY), "--max-new-tokens", "8",
-                           "--cache-dir", str(cache), "--no-progress", *args], capture_output=True, text=True, env=e,
-                          timeout=600)
+    """``evaldag run tofu ...`` in the test's process (``env``: variables set for that run only)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        return run_cli(["run", "tofu", "--tofu-data", str(TOFU_TINY), "--max-new-tokens", "8", "--cache-dir", str(cache),
+                        "--no-progress", *args])
 
 
 def nodes_stored(cache: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Faults the cache survives (issue 16): a damaged request database, a full disk, hostile
+"""Faults the cache survives: a damaged request database, a full disk, hostile
 entries. The deterministic subset of tests/perf/fault_campaign.py, on the toy benchmark."""
 
 import errno

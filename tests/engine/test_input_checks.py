@@ -172,11 +172,11 @@ def test_a_checkpoint_without_tokenizer_is_refused_up_front_and_tokenizer_suppli
             p.unlink()
     code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob")
     err = capsys.readouterr().err
-    assert code == 2 and err == f"evaldag: error: --model {model}: no tokenizer in {model}; pass --tokenizer DIR|ID\n", err
+    assert code == 2 and err == f"evaldag: error: --model {model}: no tokenizer in {model}; pass --model-arg tokenizer=DIR|ID\n", err
     assert not (tmp_path / "o").exists()
     code = run(tmp_path, "--model", str(TARGET), "--data", str(DATA), "--retain-model", str(model), "--metrics", "forget_quality")
     err = capsys.readouterr().err
-    assert code == 2 and err == f"evaldag: error: --retain-model {model}: no tokenizer in {model}; pass --retain-tokenizer DIR|ID\n", err
+    assert code == 2 and err == f"evaldag: error: --retain-model {model}: no tokenizer in {model}; pass --model-arg retain:tokenizer=DIR|ID\n", err
     code = run(tmp_path, "--model", str(model), "--tokenizer", str(TARGET), "--data", str(DATA),
                "--metrics", "forget_Q_A_Prob", "--quiet")
     assert code == 0, capsys.readouterr().err

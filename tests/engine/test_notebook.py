@@ -1,4 +1,4 @@
-"""Notebooks (issue 25 item 17): objects display themselves, repr is one line, the config takes
+"""Notebooks: objects display themselves, repr is one line, the config takes
 the CLI's metric words, write_report writes a report."""
 
 import json
@@ -50,7 +50,7 @@ def test_tofu_config_takes_the_words_the_cli_takes():
     from evaldag.benchmarks.unlearning.classifier import CLASSIFIER_METRICS
 
     menu = TofuBenchmark().metric_menu()
-    # `all` as the CLI reads it: the gibberish metric only with a classifier (issue 27)
+    # `all` as the CLI reads it: the gibberish metric only with a classifier
     without = tuple(m for m in menu.all if m not in CLASSIFIER_METRICS)
     assert TofuConfig(metrics=("all",)).metrics == without and len(without) == len(menu.all) - 1
     assert TofuConfig(metrics=("all",), classifier_model="clf").metrics == menu.parse("all", bench="tofu") == tuple(menu.all)

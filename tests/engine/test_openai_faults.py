@@ -126,10 +126,10 @@ def test_model_args_are_checked_by_the_backend_in_one_line(arg, says, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_model_args_of_a_backend_that_takes_none(tmp_path):
+def test_model_args_a_backend_does_not_take(tmp_path):
     r = run("", tmp_path, "--model-arg", "deadline=3", model=str(TOK))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "--model-arg: only for a server or vLLM model" in r.stderr
+    assert "--model-arg deadline=3: hf: models take no setting 'deadline' (they take: adapter_base, " in r.stderr
 
 
 def test_basic_auth_in_the_url_is_used_and_the_password_printed_nowhere(tmp_path):

@@ -1,4 +1,4 @@
-"""Progress (issue 25 item 19): a bar by default on a terminal, nothing on a pipe unless
+"""Progress: a bar by default on a terminal, nothing on a pipe unless
 `--progress` (then plain lines, not a lone `0%`), nothing with `--no-progress` or `--quiet`;
 aggregator stages longer than a second get a bar over their nodes."""
 

@@ -25,6 +25,7 @@ import pytest
 from evaldag.engine import Graph, Params, Result, Value, Rows, metric, render, run, write_report
 from evaldag.engine.adapters.toy import ToyModel
 from evaldag.engine import cli
+from evaldag.benchmarks.muse.benchmark import MuseBenchmark
 from evaldag.engine.report import build_report_html, splits_of
 from evaldag.engine.render import layout as layout_mod, plots
 from evaldag.engine.render.clusters import cluster_order, guess_split, is_model_like
@@ -293,9 +294,13 @@ def test_tofu_like_run_has_every_status_and_reason(tofu_run):
 
 
 def test_split_and_group_guesses(tofu_run):
-    assert guess_split("forget_Q_A_Prob") == "forget" and guess_split("retain_Truth_Ratio", TOFU_SPLITS) == "retain"
+    assert guess_split("forget_Q_A_Prob", TOFU_SPLITS) == "forget" and guess_split("retain_Truth_Ratio", TOFU_SPLITS) == "retain"
     assert guess_split("ra_Q_A_Prob", TOFU_SPLITS) == "ra" and guess_split("wf_Truth_Ratio", TOFU_SPLITS) == "wf"
-    assert guess_split("tofu_holdout") == "holdout" and guess_split("ra_Q_A_Prob") is None  # ra: TOFU's word, not the engine's
+    assert guess_split("tofu_holdout", TOFU_SPLITS) == "holdout"
+    # the engine knows no split word: forget / holdout / retain are the unlearning benchmarks', ra is TOFU's
+    assert guess_split("forget_Q_A_Prob") is None and guess_split("ra_Q_A_Prob") is None and splits_of([]) == ()
+    assert [s.key for s in splits_of([MuseBenchmark()])] == ["forget", "holdout", "retain"]
+    assert [s.key for s in TOFU_SPLITS] == ["forget", "holdout", "retain", "ra", "wf"]
     assert guess_split("extraction_strength") is None and guess_split("model_utility") is None
     assert is_model_like("retain_model") and not is_model_like("tofu_retain")
     view = render.as_view(Graph(tofu_like_nodes()), show_resources=True, splits=TOFU_SPLITS)
@@ -444,7 +449,7 @@ def test_graph_command_plan_run_and_cache_status(tmp_path, capsys):
     assert cli.main(["graph", "--run", str(out), "--format", "svg"]) == 0
     assert len(svg_nodes(capsys.readouterr().out)) == 6
     assert cli.main(["graph", "--run", str(tmp_path / "nowhere")]) == 2
-    assert f"{tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err  # issue 25's one wording for paths
+    assert f"{tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err  # the one wording for a missing path
 
 
 def test_report_command_writes_one_file(tmp_path, capsys):

@@ -1,18 +1,21 @@
-"""Runs you can find again (issue 25 item 18): each `evaldag run` records itself in its cache and
+"""Runs you can find again: each `evaldag run` records itself in its cache and
 `evaldag cache runs` lists the records, reading only."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from evaldag.engine import runlog
 
-EVALDAG = str(Path(sys.executable).with_name("evaldag"))
+from ..inprocess import run_cli, run_fresh
 
 
-def _evaldag(*args, check=True):
-    return subprocess.run([EVALDAG, *map(str, args)], capture_output=True, text=True, check=check)
+def _evaldag(*args, check=True) -> subprocess.CompletedProcess:
+    """The command in the test's process (``check``: a non-zero exit fails, as ``subprocess.run(check=True)``)."""
+    done = run_cli(list(args))
+    if check:
+        done.check_returncode()
+    return done
 
 
 def _tree(root: Path) -> dict:
@@ -21,8 +24,11 @@ def _tree(root: Path) -> dict:
 
 def test_cache_runs_lists_each_run_with_command_out_and_node_counts(tmp_path):
     cache = tmp_path / "cache"
-    _evaldag("run", "toy", "--out", tmp_path / "cold", "--cache-dir", cache)
-    _evaldag("run", "toy", "--out", tmp_path / "warm", "--cache-dir", cache)
+    # the runs in a process of their own, which ends: the read-only check below sees no file a
+    # run in this process still holds open (its request index's WAL)
+    for done in run_fresh(["run", "toy", "--out", tmp_path / "cold", "--cache-dir", cache],
+                          ["run", "toy", "--out", tmp_path / "warm", "--cache-dir", cache]):
+        done.check_returncode()
     records = [p for p, _ in runlog.runs(cache)]  # oldest first, also for two runs within one second
     assert len(records) == 2
     first = json.loads(records[0].read_text())

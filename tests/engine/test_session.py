@@ -110,3 +110,17 @@ def test_the_callbacks_evaluation_is_the_librarys_run_on_the_in_memory_model(swe
     step = tmp_path / "evaldag" / "step-3"
     command = _json(step / "run.json")["provenance"]["command"]
     assert command[-2:] == ["--model", "<in memory, step 3>"]
+
+
+def test_a_run_from_python_leaves_no_open_database_in_the_cache(sweep, tmp_path):
+    """The request index is an SQLite database in WAL mode: a run that kept its connection would
+    leave ``-wal``/``-shm`` files (and a read-only reader behind it) until the process ends."""
+    _, tofu, cfg, _ = sweep
+    cache = tmp_path / "cache"
+    outcome = run_benchmarks([tofu], [cfg], RunOptions(out=str(tmp_path / "out"), cache_dir=str(cache), quiet=True))
+    assert outcome.code == 0
+    databases = sorted(p.name for p in cache.rglob("*.sqlite*"))
+    assert databases and all(name.endswith(".sqlite") for name in databases), databases
+    # and the store opens again on the next use: a second run reads every request from it
+    again = run_benchmarks([tofu], [cfg], RunOptions(out=str(tmp_path / "out2"), cache_dir=str(cache), quiet=True))
+    assert again.code == 0 and again.result.count("cached") == len(again.result.records)

@@ -1,4 +1,4 @@
-"""Job arrays on one shared cache (issue 31 item 3): `--shard I/N`, a request store N hosts may
+"""Job arrays on one shared cache: `--shard I/N`, a request store N hosts may
 write at once (content-addressed batch files, a per-host index rebuilt from them), SIGKILLs
 mid-run, `evaldag cache merge`."""
 

@@ -1,4 +1,4 @@
-"""Checkpoint-parallel sweeps under torchrun (issue 31 item 2): 2 gloo ranks on 127.0.0.1.
+"""Checkpoint-parallel sweeps under torchrun: 2 gloo ranks on 127.0.0.1.
 
 ``--parallel checkpoints`` gives each rank whole checkpoints (each loaded once, on one
 rank), after the retain model's work is done once by both; ``requests`` shards every

@@ -11,7 +11,7 @@ ratios by up to 1.4e-5 relative, and small scaled log-prob sums such as a zlib s
 of 2.3e-5 by 3e-9 absolute). A float passes within 2e-5 relative or 1e-6 absolute: the
 noise of float32 log-probs is absolute for their sums and relative for their exponentials.
 A changed formula, prompt or token moves numbers by orders of magnitude more. One exception, by design:
-mia_gradnorm's per-row norms come from batched backward passes (ghost norms, issue 15)
+mia_gradnorm's per-row norms come from batched backward passes (ghost norms)
 since the golden files were made one backward per row, so they compare to 1e-5
 relative, the bound the issue sets for batched GradNorm (measured: at most 3.7e-7 on these runs).
 """
@@ -37,7 +37,7 @@ def _close(path: str, a: float, b: float) -> bool:
 
 
 def _missing(x) -> bool:
-    """NaN as the golden files (written before issue 25) hold it, or as evaldag writes it now:
+    """NaN as the golden files (written before NaN became null) hold it, or as evaldag writes it now:
     ``null``, or ``{"value": null, "reason": ...}`` in a SUMMARY (NaN is not JSON)."""
     return x is None or (isinstance(x, float) and math.isnan(x)) or \
         (isinstance(x, dict) and set(x) == {"value", "reason"} and x["value"] is None)

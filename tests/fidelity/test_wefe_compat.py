@@ -155,7 +155,7 @@ def test_unseeded_calls_draw_a_recorded_seed_and_are_not_cached(model, tmp_path)
 
 
 def test_unseeded_rnsb_draws_from_numpy_global_rng_like_wefe(model, tmp_path):
-    """WEFE 1.0.1 after np.random.seed(0), RNSB with n_iterations=10 and no random_state (issue 11, item 8)."""
+    """WEFE 1.0.1 after np.random.seed(0), RNSB with n_iterations=10 and no random_state."""
     cases = [c for c in EXTRA["cases"] if c["metric"] == "RNSB" and "numpy_global_seed" in c and "random_state" not in c["args"]]
     assert {c["query_id"] for c in cases} >= {"weat1_flowers_insects"}
     sets = {**WORD_SETS, **EXTRA["queries"]}

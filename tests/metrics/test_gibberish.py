@@ -1,4 +1,4 @@
-"""forget_Q_A_gibberish / forget_gibberish (issue 27): open-unlearning's classification_prob,
+"""forget_Q_A_gibberish / forget_gibberish: open-unlearning's classification_prob,
 through a plugin request kind (classify_text) served by a sequence-classifier backend.
 
 The reference below is open-unlearning's handler (src/evals/metrics/utility.py,

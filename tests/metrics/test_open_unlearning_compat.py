@@ -1,4 +1,4 @@
-"""Issue 30 items 3-4: open-unlearning's handlers and metric configs run as written (imports changed),
+"""Open-unlearning's handlers and metric configs run as written (imports changed),
 and ``--add-metric``'s one dispatch rule. Numbers are checked against values recomputed here
 (scipy's KS test on the run's own truth ratios; the tiny model's NLL computed row by row)."""
 

@@ -1,4 +1,4 @@
-"""rome_denominator / rome_key_ood (issue 29): lm-debugger's DenominatorOfROMEUpdate and
+"""rome_denominator / rome_key_ood: lm-debugger's DenominatorOfROMEUpdate and
 OutOfDistributionKeys over one cached key covariance, checked by hand in float64 on the
 trace model at block 2 after a ROME edit (and against make_edit's own divisor with a ridge)."""
 
@@ -243,3 +243,40 @@ def test_a_singular_covariance_fails_its_node_in_one_line(tmp_path, capsys):
     failed = [line for line in err.splitlines() if line.startswith("FAILED rome_key_covariance")]
     assert len(failed) == 1 and "cannot be inverted exactly; give --cov-ridge R" in failed[0] and "has rank" in failed[0]
     assert "Traceback" not in err
+
+
+# docs/gotchas.md "Numbers that move with the machine": the keys are a float32 forward, as
+# lm-debugger's are, and C's condition number (~3e7) amplifies their last bits
+THREADS_RTOL = 1e-5
+
+
+def _values(run: dict) -> dict:
+    return {m: {k: v["value"] for k, v in run["eval"][m]["value_by_index"].items()} for m in ("rome_denominator", "rome_key_ood")}
+
+
+def test_key_ood_at_one_and_two_torch_threads(runs, by_hand, tmp_path):
+    """At 1 and 2 torch threads each value equals the float64 hand computation over that thread
+    count's own keys, and the two runs agree within the tolerance docs/gotchas.md states. The
+    module's bare run is the one at this process's thread count (1 under the test command)."""
+    _, model, enc, down, inv, _ = by_hand
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    got = {before: _values(runs[1])}
+    try:
+        torch.set_num_threads(other)
+        got[other] = _values(_run(tmp_path / "threads" / "runs", "bare", by_hand[0], "--metrics", "rome_denominator,rome_key_ood",
+                                  "--context-templates", "none"))  # a cache of its own: computed at `other` threads
+        for n in (other, before):
+            torch.set_num_threads(n)
+            for i, edit in enumerate(EDITS):
+                k = _key(model, down, enc, edit["prompt"], edit["subject"])[2]
+                d, o = _expected(inv, k, k)
+                assert got[n]["rome_denominator"][f"{i}/2"] == pytest.approx(d, rel=1e-6), (n, i)
+                assert got[n]["rome_key_ood"][f"{i}/2"] == pytest.approx(o, rel=1e-6), (n, i)
+    finally:
+        torch.set_num_threads(before)
+    assert {1, 2} <= set(got)
+    for m in got[1]:
+        assert list(got[2][m]) == list(got[1][m]) == [f"{i}/2" for i in range(len(EDITS))]
+        for key, one in got[1][m].items():
+            assert got[2][m][key] == pytest.approx(one, rel=THREADS_RTOL), (m, key)

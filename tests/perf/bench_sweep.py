@@ -14,10 +14,10 @@ C1 ... --model CK`` on an empty cache (cold) and again on that cache (warm), in 
 * ``1 process``: the sweep in one process;
 * ``2 ranks, --parallel MODE``: under ``torchrun --nproc-per-node 2`` (gloo on CPU, NCCL on
   CUDA), for each of ``requests``, ``checkpoints`` and ``auto`` when the installed ``evaldag
-  run`` has ``--parallel`` (issue 31 item 2); without it, one ``2 ranks`` row (today's
+  run`` has ``--parallel``; without it, one ``2 ranks`` row (today's
   request sharding) and ``n/a`` for each mode;
-* ``2 shards``: ``--shard 0/2`` and ``--shard 1/2`` started at once on one cache (issue 31
-  item 3: a job array on a shared cache).
+* ``2 shards``: ``--shard 0/2`` and ``--shard 1/2`` started at once on one cache (a job
+  array on a shared cache).
 
 Printed per row: wall seconds (the whole command, start-up included), checkpoints per
 hour, and the ratio of K separate open-unlearning runs (K x ``--open-unlearning-seconds``,
@@ -73,7 +73,7 @@ def _port() -> int:
 
 
 def has_parallel() -> bool:
-    """Whether this evaldag's ``run`` takes ``--parallel`` (the adapters/parallel work of issue 31)."""
+    """Whether this evaldag's ``run`` takes ``--parallel``."""
     done = subprocess.run([str(BIN / "evaldag"), "run", "tofu", "--help"], capture_output=True, text=True)
     return "--parallel" in done.stdout
 

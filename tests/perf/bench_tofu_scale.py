@@ -3,11 +3,11 @@
 Run: python tests/perf/bench_tofu_scale.py [--skip-trained] [--gpu-only] [--gpu-smoke]
          [--open-unlearning-seconds S] [--workdir DIR] [--real-model FOLDER [--limit N] [--template chat] [--only-real]]
 
-CPU workload (issue 15): synthetic authors in TOFU's format at forget10 size -- 400
+CPU workload: synthetic authors in TOFU's format at forget10 size -- 400
 forget, 400 holdout, 400 retain_perturbed rows (40 authors x 10 facts each; the
 fixture's 20 real-authors and 24 world-facts rows), a randomly initialised 4-layer,
 256-wide Llama with the tiny fixture tokenizer (its greedy generations never meet an
-eos, so every one runs its full 200 new tokens), and 15 metrics (issue 15 says 13): open-unlearning's 7
+eos, so every one runs its full 200 new tokens), and 15 metrics: open-unlearning's 7
 defaults with forget_quality and privleak reduced to what they compute first (no retain
 model or logs), exact_memorization, the five MIAs without the reference attack,
 forget_Q_A_PARA_ROUGE and forget_Q_A_PERT_ROUGE. ``evaldag run tofu`` runs cold (empty

@@ -15,7 +15,7 @@ TOFU_EVAL/TOFU_SUMMARY with the baseline. Faults:
   writer); then space is freed and the run resumes;
 * hostile entries: a header claiming 2^60 bytes, JSON nested 100,000 deep, a 100 MB
   string, a history file of the wrong type;
-* issue 17: a checkpoint swapped under its old mtime, a misplaced entry, a forged entry
+* a checkpoint swapped under its old mtime, a misplaced entry, a forged entry
   (caught by ``cache verify --deep``, not by a run: the cache is not authenticated),
   prune with a link to outside, an orphan temp file, eight writers of one --out.
 
@@ -300,7 +300,7 @@ class Campaign:
             out, err = p.communicate(timeout=900)
             self.classify("8 writers of one --out", subprocess.CompletedProcess([], p.returncode, out, err), outputs(d / "out"), self.want)
 
-    # ---- issue 26: data and reference-log reading
+    # ---- data and reference-log reading
     def hostile_data(self) -> None:
         """Broken data and retain logs: each must be one `evaldag: error:` line naming the file (and
         row/field/key), exit 2, no --out folder. Exit 0 is a wrong number (bad data scored)."""
@@ -389,7 +389,7 @@ class Campaign:
         if not clear:
             self.notes.append(f"{kind} (trial {self.n}, exit {proc.returncode}): {(lines or [''])[-1][:160]}")
 
-    # ---- issue 26: cache (a folder that is not a cache, a newer evaldag's entry, another user's, a stopped lock holder)
+    # ---- cache (a folder that is not a cache, a newer evaldag's entry, another user's, a stopped lock holder)
     def _toy(self, out: Path, cache: str, *extra: str, cwd: Path | None = None, env: dict | None = None,
              user: str | None = None) -> subprocess.CompletedProcess:
         cmd = [EVALDAG, "run", "toy", "--quiet", "--out", str(out), "--cache-dir", cache, *extra]
@@ -561,7 +561,7 @@ class Campaign:
             holder.kill()
             holder.wait()
 
-    # ---- issue 26: render (hostile run.json, deep graphs)
+    # ---- render (hostile run.json, deep graphs)
     def render(self) -> None:
         """A run folder with a hostile string in every field, drawn in every format; a 10,000-node chain.
 
@@ -610,7 +610,7 @@ class Campaign:
         self.classify("10,000-node chain", proc, got, ["10002.0", "9999"],
                       note=f"{time.time() - t:.0f} s" + (f"; {proc.stderr.strip().splitlines()[-1][:120]}" if proc.returncode else ""))
 
-    # ---- issue 26: model loading/integrity
+    # ---- model loading/integrity
     def hostile_models(self) -> None:
         retain_w = FIX / "tiny-llama" / "retain" / "model.safetensors"
         # 26.1: the weights replaced after fingerprinting (before load), then after the first batch;
@@ -668,7 +668,7 @@ class Campaign:
                       ("flagged",) if ok else ("silent",), ("flagged",),
                       "" if ok else f"without the note: {', '.join(silent[:6])}{' …' if len(silent) > 6 else ''}")
 
-    # ---- issue 26: outputs
+    # ---- outputs
     def hostile_outputs(self, n: int = 8) -> None:
         """--out over an input, report --out over EVAL, signals while publishing, two runs into
         one folder, a secret in argv. A torn set (files of two runs visible together) counts

@@ -1,4 +1,4 @@
-"""Issue 25 (the first hour of a new user), the benchmark side: probes' up-front check, NaN
+"""A new user's first hour, the benchmark side: probes' up-front check, NaN
 written as null with its reason and the attempts kept (3), a malformed embeddings file
 (5), ``--add-metric`` on the benchmark's resources or from a local file (8), one rule for
 recompute reasons (15). Each runs the user's command and asserts the message or the file."""

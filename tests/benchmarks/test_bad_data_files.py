@@ -1,4 +1,4 @@
-"""Hostile data files (issue 26, items 10-12): each is refused in one line naming where.
+"""Hostile data files: each is refused in one line naming where.
 
 * bytes that are not UTF-8, in every reader of text files: file, line, column, byte;
 * an empty or whitespace-only field a metric scores (an empty paraphrase turned one

@@ -1,0 +1,248 @@
+"""``ROBUSTNESS.json``: every metric before and after each attack on the model, its change item
+by item, and its robustness score (``robustness.py``), from run folders alone.
+
+Why from folders: an attacked model's run is a plain run (``OUT/attacks/<attack>/`` holds
+what ``evaldag run`` writes for it), so the scores need nothing but the published numbers
+and per-item values: no cache, no model. ``quantize...`` attacks get Q, ``relearn...``
+attacks get R against the retain model relearned by the same recipe (its own plain and
+attacked runs), any other attack its before/after and change only. Each metric is scored in
+its declared knowledge form (``knowledge.py``); one without a form (or a signed form where Q
+needs a ratio) is refused by name, and its before/after are still written.
+
+Item-level noise: where the metric has items (``Benchmark.item_sample``), the change is tested
+with ``uncertainty.paired`` (paired bootstrap interval of after - before, paired permutation
+test) on the raw values; R is "undefined" when the unlearned model's own change is inside that
+noise, as it is below ``min_delta``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cache.files import atomic_write
+from .outfolder import is_our_link, link_target, set_folder
+from .export import ExportError, _read, benchmarks_by_group, folder_rows, run_folders
+from .robustness import DEFAULT_FORMULA, MIN_DELTA, Formula, Score, formula, harmonic, refusal
+from .uncertainty import paired
+
+FILE = "ROBUSTNESS.json"
+ATTACKS = "attacks"  # OUT/attacks/<attack>/: each attacked model's own run folder
+
+
+def attack_kind(name: str) -> str | None:
+    """``quantize`` (scored by Q), ``relearn`` (by R) or None (before/after only), from the
+    attack's name (``quantize:nf4``, ``relearn:split=forget``; a folder may spell ``:`` as ``-``)."""
+    head = name.split(":", 1)[0].split("-", 1)[0].split("_", 1)[0].lower()
+    return {"quantize": "quantize", "quant": "quantize", "relearn": "relearn"}.get(head)
+
+
+@dataclass
+class RunValues:
+    """One run folder's headline values, its EVAL files (read on demand) and its benchmarks."""
+
+    folder: Path
+    values: dict[tuple[str, str], float | None]
+    benches: dict[str, Any]
+    evals: dict[str, Any] = field(default_factory=dict)
+
+    def eval_of(self, group: str) -> Any:
+        if group not in self.evals:
+            f = self.folder / f"{group}_EVAL.json"
+            self.evals[group] = _read(f) if f.is_file() else {}
+        return self.evals[group]
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def read_run(path: str | Path) -> RunValues:
+    """A run folder (one run: a sweep's OUT is refused, naming its first runs)."""
+    runs = run_folders([path])
+    if len(runs) != 1:
+        raise ExportError(f"{path}: holds {len(runs)} runs (a sweep's folder?); name one of them: "
+                          + ", ".join(str(d) for _, d in runs[:3]))
+    name, folder = runs[0]
+    values = {(r["benchmark"], r["metric"]): _num(r["value"]) for r in folder_rows(name, folder)}
+    return RunValues(folder, values, benchmarks_by_group(folder))
+
+
+def attacked_folders(out: str | Path) -> dict[str, Path]:
+    """``OUT/attacks/<attack>/`` run folders, by attack name, in name order."""
+    d = Path(out) / ATTACKS
+    if not d.is_dir():
+        return {}
+    return {p.name: p for p in sorted(d.iterdir()) if p.is_dir() and (p / "run.json").exists()}
+
+
+def item_change(a: RunValues, b: RunValues, group: str, metric: str, n_resamples: int, seed: int,
+                level: float) -> dict[str, Any] | None:
+    """The paired test of B - A on the items both runs scored (None: the metric has no items)."""
+    bench = a.benches.get(group.upper()) or b.benches.get(group.upper())
+    if bench is None or n_resamples <= 0:
+        return None
+    ea, eb = a.eval_of(group), b.eval_of(group)
+    sa = bench.item_sample(metric, ea) if isinstance(ea, dict) else None
+    sb = bench.item_sample(metric, eb) if isinstance(eb, dict) else None
+    if sa is None or sb is None:
+        return None
+    try:
+        return paired(sa, sb, n_resamples, seed, level)
+    except ValueError as e:
+        return {"verdict": f"no test ({e})"}
+
+
+def _noise(change: dict[str, Any] | None) -> str | None:
+    """Why a change is inside the item-level noise (the paired test's words), or None."""
+    if not change or change.get("verdict") != "inside the noise":
+        return None
+    ci = change.get("percentile")
+    span = f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-"
+    return (f"paired {100 * change.get('confidence_level', 0.95):.0f}% interval {span} over "
+            f"{sum((change.get('n_items') or {}).values())} items, permutation p = {change.get('p_value'):.3g}")
+
+
+def _knowledge(bench: Any, metric: str) -> Any:
+    try:
+        return bench.knowledge(metric) if bench is not None else None
+    except Exception:  # noqa: BLE001 - a plugin's hook that fails declares nothing usable
+        return None
+
+
+def score_attack(name: str, before: RunValues, after: RunValues, f: Formula, retain_before: RunValues | None = None,
+                 retain_after: RunValues | None = None, min_delta: float = MIN_DELTA, n_resamples: int = 1000,
+                 seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """One attack: per metric of the run before it, the values, the change and the score."""
+    kind = attack_kind(name)
+    score = {"quantize": "Q", "relearn": "R"}.get(kind or "")
+    out: dict[str, Any] = {"kind": kind, "score": score, "folder": str(after.folder), "metrics": {}}
+    control = retain_before is not None and retain_after is not None
+    if kind == "relearn":
+        out["retain_folders"] = [str(retain_before.folder), str(retain_after.folder)] if control else None
+    for (group, metric), x in before.values.items():
+        bench = before.benches.get(group.upper())
+        form = _knowledge(bench, metric)
+        y = after.values.get((group, metric))
+        row: dict[str, Any] = {"benchmark": group, "metric": metric, "before": x, "after": y,
+                               "knowledge": form.as_dict() if form is not None else None}
+        if form is not None:
+            row["m_before"], row["m_after"] = form(x), form(y)
+        row["change"] = item_change(before, after, group, metric, n_resamples, seed, level)
+        if score:
+            why = refusal(metric, form, f, score)
+            if why is None and kind == "relearn" and not control:
+                why = f"{metric}: R needs the retain model relearned by the same recipe as the control (its runs before and after)"
+            if why is not None:
+                row[score] = {"value": None, "refused": why}
+            elif kind == "quantize":
+                row["Q"] = f.quant(row["m_before"], row["m_after"]).as_dict()
+            else:
+                rb, ra = retain_before.values.get((group, metric)), retain_after.values.get((group, metric))
+                row["retain_before"], row["retain_after"] = rb, ra
+                row["m_ret_before"], row["m_ret_after"] = form(rb), form(ra)
+                row["retain_change"] = item_change(retain_before, retain_after, group, metric, n_resamples, seed, level)
+                row["R"] = f.relearn(row["m_before"], row["m_after"], row["m_ret_before"], row["m_ret_after"],
+                                     min_delta=min_delta, noise=_noise(row["change"])).as_dict()
+        out["metrics"][f"{group}/{metric}"] = row
+    return out
+
+
+def _hm(attacks: dict[str, dict]) -> list[dict[str, Any]]:
+    """HM(R, Q) per metric for each pair of a relearning and a quantization attack."""
+    rel = [(n, a) for n, a in attacks.items() if a["kind"] == "relearn"]
+    qua = [(n, a) for n, a in attacks.items() if a["kind"] == "quantize"]
+    out = []
+    for rn, ra in rel:
+        for qn, qa in qua:
+            for key, row in ra["metrics"].items():
+                r = row.get("R") or {}
+                q = (qa["metrics"].get(key) or {}).get("Q") or {}
+                if "refused" in r or "refused" in q:
+                    hm = {"value": None, "refused": r.get("refused") or q.get("refused")}
+                else:
+                    hm = harmonic(Score(r.get("value"), reason=r.get("reason")), Score(q.get("value"), reason=q.get("reason"))).as_dict()
+                out.append({"metric": key, "relearn": rn, "quantize": qn, "R": r.get("value"), "Q": q.get("value"), "HM": hm})
+    return out
+
+
+def robustness(before: str | Path, attacks: dict[str, str | Path], retain_before: str | Path | None = None,
+               retain_attacks: dict[str, str | Path] | None = None, formula_name: str = DEFAULT_FORMULA,
+               min_delta: float = MIN_DELTA, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """ROBUSTNESS.json's content: the plain run ``before``, each attacked run in ``attacks``
+    (name -> folder) and, for relearning, the retain model's plain run and its attacked runs
+    under the same attack names."""
+    f = formula(formula_name)
+    if not attacks:
+        raise ExportError(f"{before}: no attacked runs (OUT/{ATTACKS}/<attack>/ or --attacked NAME=DIR)")
+    b = read_run(before)
+    rb = read_run(retain_before) if retain_before is not None else None
+    retain_attacks = retain_attacks or {}
+    scored = {}
+    for name, folder in attacks.items():
+        ra = read_run(retain_attacks[name]) if name in retain_attacks and rb is not None else None
+        scored[name] = score_attack(name, b, read_run(folder), f, rb, ra, min_delta, n_resamples, seed, level)
+    return {
+        "formula": f.as_dict(),
+        "min_delta": min_delta,
+        "noise_rule": "R is undefined when |D_unl| < min_delta or the unlearned model's paired change (raw values, "
+                      "paired bootstrap interval and permutation test) is inside the item-level noise",
+        "paired": {"n_resamples": n_resamples, "seed": seed, "confidence_level": level},
+        "before": str(b.folder),
+        "retain_before": str(rb.folder) if rb is not None else None,
+        "attacks": scored,
+        "hm": _hm(scored),
+    }
+
+
+def write(path: str | Path, data: dict[str, Any]) -> Path:
+    """The file, strict JSON, written atomically."""
+    path = Path(path)
+    atomic_write(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    return path
+
+
+def write_into_run(out: str | Path, data: dict[str, Any], name: str = FILE) -> Path:
+    """``OUT/<name>`` as part of OUT's published set (``outfolder.py``): the file in the set's
+    folder and OUT's stable name a link to it, so a later run's new set, which lacks it, shows
+    none rather than a stale one. A folder without sets gets a plain file; a name in OUT that
+    evaldag did not write is never replaced."""
+    out = Path(out)
+    folder = set_folder(out)
+    if folder == out:
+        return write(out / name, data)
+    link = out / name
+    if os.path.lexists(link) and not is_our_link(link):
+        raise ExportError(f"{link}: not a file evaldag wrote; refusing to replace it (write elsewhere with --to)")
+    write(folder / name, data)
+    if not os.path.lexists(link):
+        os.symlink(link_target(name), link)
+    return link
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The terminal table: per attack, per metric before, after, its score and the change's verdict."""
+    lines = [f"robustness ({data['formula']['name']}: {data['formula']['source']})"]
+    for name, a in data["attacks"].items():
+        s = a["score"]
+        lines += ["", f"attack {name}" + (f" (scored by {s})" if s else " (before/after only)")]
+        w = max([len(k) for k in a["metrics"]] + [6])
+        lines.append(f"{'metric':<{w}}  {'before':>10}  {'after':>10}  {s or '':>6}  change")
+        for key, row in a["metrics"].items():
+            sc = row.get(s) if s else None
+            cell = "-" if not sc else ("refused" if "refused" in sc else ("undef." if sc.get("value") is None else _fmt(sc["value"])))
+            verdict = (row.get("change") or {}).get("verdict", "")
+            lines.append(f"{key:<{w}}  {_fmt(row['before']):>10}  {_fmt(row['after']):>10}  {cell:>6}  {verdict}")
+    if data["hm"]:
+        lines += ["", "HM(R, Q):"]
+        for h in data["hm"]:
+            lines.append(f"  {h['metric']}  {h['relearn']} x {h['quantize']}: {_fmt(h['HM'].get('value'))}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+"""``evaldag run ... --attack``: the plain run and its attacked runs end with ``OUT/ROBUSTNESS.json``
+(part of OUT's published set) and the report's robustness section, from those runs' own files."""
+
+import json
+import os
+from pathlib import Path
+
+import pydantic
+import pytest
+import torch
+
+from evaldag.engine import transforms
+
+from ..inprocess import run_cli
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+TARGET = FIX / "tiny-llama" / "target"
+
+
+class HalfParams(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    factor: float = 0.5
+
+
+@transforms.register
+class QuantizeHalf(transforms.Transform):
+    """Scales every MLP weight (a test's stand-in for a quantizer: its name makes it scored by Q)."""
+
+    name = "quantize-half-test"
+    version = "1"
+    Params = HalfParams
+    positional = "factor"
+
+    def apply(self, model, tokenizer):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "mlp" in n:
+                    p.mul_(self.params.factor)
+        return model
+
+
+def _tofu(tmp, out, *extra):
+    return run_cli(["run", "tofu", "--model", str(TARGET), "--data", FIX / "tofu_tiny", "--limit", "4",
+                    "--metrics", "forget_Q_A_Prob,forget_truth_ratio", "--quiet", "--out", tmp / out,
+                    "--cache-dir", tmp / "cache", *extra])
+
+
+def test_an_attacked_run_writes_robustness_and_its_report_section(tmp_path):
+    proc = _tofu(tmp_path, "out", "--attack", "quantize-half-test:0.5")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    link = out / "ROBUSTNESS.json"
+    assert link.is_symlink() and os.readlink(link) == ".evaldag/current/ROBUSTNESS.json"
+    d = json.loads(link.read_text())
+    plain = json.loads((out / "TOFU_SUMMARY.json").read_text())
+    attacked = json.loads((out / "attacks" / "quantize-half-test_0.5" / "TOFU_SUMMARY.json").read_text())
+    rows = d["attacks"]["quantize-half-test_0.5"]["metrics"]
+    p = rows["TOFU/forget_Q_A_Prob"]
+    assert (p["before"], p["after"]) == (plain["forget_Q_A_Prob"], attacked["forget_Q_A_Prob"])
+    assert p["Q"]["value"] == pytest.approx(min(1.0, plain["forget_Q_A_Prob"] / attacked["forget_Q_A_Prob"]), abs=1e-15)
+    tr = rows["TOFU/forget_truth_ratio"]  # scored in its knowledge form, 1 - x
+    assert tr["m_before"] == pytest.approx(1 - plain["forget_truth_ratio"], abs=1e-15)
+    assert sum(p["change"]["n_items"].values()) == 4  # the paired test over the 4 forget items
+    assert "Robustness under attacks on the model" in (out / "report.html").read_text()
+    # a later plain run into the same OUT shows no stale robustness
+    assert _tofu(tmp_path, "out").returncode == 0
+    assert not link.exists() and "Robustness under attacks" not in (out / "report.html").read_text()
+
+
+def test_the_nf4_round_trip_scored_by_Q(tmp_path):
+    pytest.importorskip("bitsandbytes")
+    proc = _tofu(tmp_path, "out", "--attack", "quantize:nf4")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    d = json.loads((out / "ROBUSTNESS.json").read_text())
+    plain = json.loads((out / "TOFU_SUMMARY.json").read_text())
+    after = json.loads((out / "attacks" / "quantize_nf4" / "TOFU_SUMMARY.json").read_text())
+    row = d["attacks"]["quantize_nf4"]["metrics"]["TOFU/forget_truth_ratio"]
+    assert d["attacks"]["quantize_nf4"]["kind"] == "quantize"
+    m_b, m_a = 1 - plain["forget_truth_ratio"], 1 - after["forget_truth_ratio"]
+    assert row["Q"]["value"] == pytest.approx(min(1.0, m_b / m_a), abs=1e-15) and after != plain
