@@ -169,6 +169,12 @@ def build_models(work: Path, data: Path, steps: int, ga_steps: int, lr: float, b
     return {k: {kk: vv for kk, vv in v.items() if kk != "model"} for k, v in log.items()}
 
 
+def with_rouge() -> None:
+    """Add forget_Q_A_ROUGE (greedy generation, up to 200 new tokens a row) to both sides."""
+    OU_KEEP.append("forget_Q_A_ROUGE")
+    METRICS.append("forget_Q_A_ROUGE")
+
+
 def ou_tree(src: Path, dst: Path) -> Path:
     """A copy of open-unlearning's tree whose TOFU config keeps only OU_KEEP."""
     if dst.exists():
@@ -247,8 +253,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--templates", default="plain,chat")
     ap.add_argument("--skip-train", action="store_true", help="reuse the checkpoints already in --workdir")
+    ap.add_argument("--models", default=",".join(MODELS), help="which checkpoints to evaluate (retain's logs must exist)")
+    ap.add_argument("--rouge", action="store_true", help="also forget_Q_A_ROUGE (generation: minutes a run here)")
     args = ap.parse_args()
     args.workdir = args.workdir.resolve()
+    if args.rouge:
+        with_rouge()
     import torch
 
     torch.set_num_threads(1)
@@ -258,7 +268,7 @@ def main() -> None:
         (args.workdir / "training.json").write_text(json.dumps(log, indent=1))
     tree = ou_tree(args.ou_repo, args.workdir / "ou-repo")
     results = {}
-    for name in MODELS:
+    for name in [m for m in MODELS if m in args.models.split(",")]:
         for template in args.templates.split(","):
             model = args.workdir / name
             retain_logs = None if name == "retain" else args.workdir / "ou" / f"retain-{template}" / "TOFU_EVAL.json"
