@@ -169,10 +169,13 @@ def build_models(work: Path, data: Path, steps: int, ga_steps: int, lr: float, b
     return {k: {kk: vv for kk, vv in v.items() if kk != "model"} for k, v in log.items()}
 
 
-def with_rouge() -> None:
-    """Add forget_Q_A_ROUGE (greedy generation, up to 200 new tokens a row) to both sides."""
-    OU_KEEP.append("forget_Q_A_ROUGE")
-    METRICS.append("forget_Q_A_ROUGE")
+def with_extra(names: list[str]) -> None:
+    """Add generation metrics of open-unlearning's TOFU defaults (forget_Q_A_ROUGE, model_utility:
+    greedy generation, up to 200 new tokens a row) to both sides; their names are the same in both."""
+    for name in names:
+        assert name in ("forget_Q_A_ROUGE", "model_utility"), name
+        OU_KEEP.append(name)
+        METRICS.append(name)
 
 
 def ou_tree(src: Path, dst: Path) -> Path:
@@ -254,11 +257,11 @@ def main() -> None:
     ap.add_argument("--templates", default="plain,chat")
     ap.add_argument("--skip-train", action="store_true", help="reuse the checkpoints already in --workdir")
     ap.add_argument("--models", default=",".join(MODELS), help="which checkpoints to evaluate (retain's logs must exist)")
-    ap.add_argument("--rouge", action="store_true", help="also forget_Q_A_ROUGE (generation: minutes a run here)")
+    ap.add_argument("--extra", default="", help="also forget_Q_A_ROUGE and/or model_utility (generation: minutes a run here)")
     args = ap.parse_args()
     args.workdir = args.workdir.resolve()
-    if args.rouge:
-        with_rouge()
+    if args.extra:
+        with_extra(args.extra.split(","))
     import torch
 
     torch.set_num_threads(1)
