@@ -187,7 +187,7 @@ def ou_tree(src: Path, dst: Path) -> Path:
     out = []
     for line in cfg.read_text().splitlines():
         s = line.strip()
-        if s.startswith("- ") and s[2:] not in OU_KEEP and line.startswith("    "):
+        if s.startswith("- ") and s[2:].split()[0] not in OU_KEEP and line.startswith("    "):
             line = line.replace("- ", "# - ", 1)
         out.append(line)
     cfg.write_text("\n".join(out) + "\n")
