@@ -18,12 +18,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ..engine.adapters import spec
 from ..engine.adapters.base import PromptTemplate
+from ..engine.adapters.chat_quirks import folder_facts, quirk_text
 from ..engine.adapters.hf import is_adapter_dir
 from ..engine.adapters.hf_gguf import check_gguf, is_gguf
 from ..engine.adapters.hf_pad import (bos_is_eos_without_pad, has_chat_template, has_tokenizer,  # noqa: F401 - used as common.X too
@@ -57,6 +58,7 @@ class ModelOptions(BaseModel):
     backend_options: dict[str, dict[str, Any]] = {}
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
+    answer_only: bool = False  # False scores the template's turn end and the appended eos (open-unlearning's way)
 
     @field_validator("template", mode="before")
     @classmethod
@@ -136,6 +138,7 @@ PROMPT_FLAGS = (
     _flag("--template-args", action=DeprecatedFlag, default=None, instead="--template FILE"),
     _flag("--system-prompt", default=None, help="with --template chat: the system prompt"),
     _flag("--joint-tokenization", action="store_true", help="tokenize prompt+answer jointly (fixes open-unlearning's unscored boundary token)"),
+    _flag("--answer-only", action="store_true", help="score the answer's own tokens only, not a chat template's turn end nor the appended eos"),
     _flag("--data", default=None, help="the benchmark's data folder (or hub id); --<bench>-data when running several"),
 )
 
@@ -190,7 +193,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
                 reference_model=getattr(args, "reference_model", None), dtype=args.dtype, device=args.device,
                 device_map=args.device_map, max_memory=args.max_memory,
                 attention_mask=args.attention_mask, template=prompt, backend_options=backend_options(args),
-                joint_tokenization=getattr(args, "joint_tokenization", False))
+                joint_tokenization=getattr(args, "joint_tokenization", False), answer_only=getattr(args, "answer_only", False))
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -280,9 +283,7 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                              "(use --template plain, or --template-args with the model's tags)")
-        if opts.attention_mask == "reference":
-            masking_warning(flag, path, bos_is_eos_without_pad(folder), opts.template.apply_chat_template and
-                            template_pad_files(folder))
+        masking_warning(flag, path, opts, bos_is_eos_without_pad(folder), template_pad_files(folder), lambda: folder_facts(folder))
     check_device(opts.device)
 
 
@@ -297,14 +298,14 @@ def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | 
     if opts.template.apply_chat_template and not chat:
         raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
                          "(use --template plain, or --template-args with the model's tags)")
-    if opts.attention_mask == "reference":
-        masking_warning(flag, path, bos_eos, opts.template.apply_chat_template and pad_turn)
+    masking_warning(flag, path, opts, bos_eos, pad_turn, lambda: folder_facts(folder) if folder else tokenizer is None and header.chat_facts() or None)
     check_device(opts.device)
 
 
-def masking_warning(flag: str, path: str, bos_eos: bool, template_pad: str | None) -> None:
-    quirk = masking_quirk(bos_eos, template_pad)
-    if quirk:
+def masking_warning(flag: str, path: str, opts: ModelOptions, bos_eos: bool, template_pad: str | None, chat: Callable) -> None:
+    """One line: the chat template's tokens scored after each answer, what the reference masking hides."""
+    tail = quirk_text(chat()) if opts.template.apply_chat_template and not opts.answer_only else None
+    if quirk := masking_quirk(bos_eos, opts.template.apply_chat_template and template_pad, tail, opts.attention_mask == "reference"):
         print(f"evaldag: warning: {flag} {path}: {quirk}", file=sys.stderr)
 
 

@@ -36,7 +36,9 @@ class KindCost:
 
 def plan_costs(graph: Graph, rs: ResourceSet) -> tuple[list[KindCost], list[str]]:
     """The first round of every scorer, counted per (model, kind); and the scorers whose work
-    cannot be counted before running (their requests depend on their parents' values)."""
+    cannot be counted before running (their requests depend on their parents' values). A missing
+    resource is refused first, naming the metrics that need it (as the run refuses it)."""
+    graph.check_resources(rs)
     costs: dict[tuple[str, str], KindCost] = {}
     uncounted = []
     roots = set(graph.roots)

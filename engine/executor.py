@@ -258,7 +258,9 @@ class Executor:
             packer = lambda xs, b: pack(xs, length, b)  # noqa: E731
         queue = deque(self._share(packer(items, self._group(adapter, kind, self._budget(adapter, fp, kind))), length))
         results: dict[str, Any] = {}
-        bar = self._bar(kind, sum(length(x) for b in queue for x in b))
+        # a forecast from the first rows: not for generation (every sequence runs at once, the first to finish
+        # are few) nor GradNorm (its first rows run alone): they wait for a tenth of the tokens
+        bar = self._bar(kind, sum(length(x) for b in queue for x in b), patient=bool(items) and type(items[0][1]).cost_rank >= 1)
         try:
             while queue:
                 batch = queue.popleft()
@@ -341,9 +343,10 @@ class Executor:
         st.sequences_forwarded += len(batch)
         st.batches += 1
 
-    def _bar(self, kind: str, total: int) -> Any:
+    def _bar(self, kind: str, total: int, patient: bool = False) -> Any:
         """Tokens done, on a terminal (progress None) or when forced (True); see engine/progress.py."""
-        return Estimating(progress_bar(total, f"evaldag {kind}", "tok", self.progress), f"evaldag: {kind}", total, self.progress)
+        return Estimating(progress_bar(total, f"evaldag {kind}", "tok", self.progress), f"evaldag: {kind}", total, self.progress,
+                          patient=patient)
 
 
 def _length(item: tuple[str, Request]) -> int:

@@ -221,10 +221,12 @@ def duration(seconds: float) -> str:
 
 class Estimating:
     """A bar that also says, once, how long the rest of its work will take: after a tenth of it
-    (or half a minute), from the rate so far. One line, when progress is shown."""
+    (or half a minute), from the rate so far. One line, when progress is shown. ``patient``: only
+    after a tenth -- generation runs its sequences at once, so the first to finish are few and
+    half a minute's rate would say hours where minutes remain (GradNorm's first rows run alone)."""
 
-    def __init__(self, inner: Any, desc: str, total: float, progress: bool | None):
-        self.inner, self.desc, self.total = inner, desc, total
+    def __init__(self, inner: Any, desc: str, total: float, progress: bool | None, patient: bool = False):
+        self.inner, self.desc, self.total, self.patient = inner, desc, total, patient
         self.on = total > 0 and wanted(progress, sys.stderr)
         self.t0, self.done, self.said = time.monotonic(), 0.0, False
 
@@ -232,7 +234,7 @@ class Estimating:
         self.inner.update(n)
         self.done += n
         elapsed = time.monotonic() - self.t0
-        if self.on and not self.said and 0 < self.done < self.total and (self.done >= self.total / 10 or elapsed >= 30):
+        if self.on and not self.said and 0 < self.done < self.total and (self.done >= self.total / 10 or elapsed >= 30 and not self.patient):
             self.said = True
             left = elapsed * (self.total - self.done) / self.done
             if left < 10:  # a short stage needs no forecast

@@ -151,6 +151,7 @@ class Relearn(Transform):
                 out["world_size"] = self._world
             if self._scored is not None:
                 out["scored_rows"] = len(self._scored)
+                out["scored_indices"] = list(self._scored)  # each scored item's row in the split: pairs it with the plain run's
         return out
 
     # -- the derived weights

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
+from .adapters.chat_quirks import model_facts
 from .declare import REGISTRY, ProviderDef
 from .fingerprint import hash_value
 
@@ -151,6 +152,10 @@ class _ModelBinding:
 
     def describe(self) -> dict:
         return self.model.describe() if hasattr(self.model, "describe") else {}
+
+    def chat_facts(self) -> Any:
+        """The handle's chat-template facts (run.json's system prompt), where its files tell them."""
+        return model_facts(self.model)
 
 
 class MissingResource(KeyError):

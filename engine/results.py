@@ -24,6 +24,7 @@ from typing import Any
 
 import networkx as nx
 
+from .adapters.chat_quirks import with_chat_facts
 from .cache import Cache, codec
 from .graph import Graph, Vertex
 from .hooks import display
@@ -305,8 +306,20 @@ def provenance(resources: Any, graph: Graph | None = None, extra: dict | None = 
             if t is not None and t not in templates:
                 templates.append(t)
         out["templates"] = templates
+        added = system_prompts_added(out["resources"], templates)
+        if added:
+            out["system_prompt_added"] = added
     out.update(extra or {})
     return redact(out)  # a token in a path, URL or --api-key value never reaches run.json or the report
+
+
+def system_prompts_added(resources: dict, templates: list) -> dict[str, str]:
+    """Per model resource, the default system prompt its chat template wrote into every prompt:
+    a chat template in the run's node params with no system prompt of its own."""
+    if not any(isinstance(t, dict) and t.get("apply_chat_template") and not t.get("system_prompt") for t in templates):
+        return {}
+    return {name: d["chat_default_system_prompt"] for name, d in sorted(resources.items())
+            if isinstance(d, dict) and isinstance(d.get("chat_default_system_prompt"), str)}
 
 
 def describe_resource(res: Any) -> dict:
@@ -316,6 +329,8 @@ def describe_resource(res: Any) -> dict:
         out.update(res.describe() if hasattr(res, "describe") else {})
     except Exception as e:  # noqa: BLE001 - provenance must never fail a finished run
         out["describe_error"] = f"{type(e).__name__}: {e}"
+    if out["kind"] == "model":
+        with_chat_facts(out, res)  # the system prompt its chat template writes when a conversation has none
     inputs = getattr(res, "inputs", None)
     if isinstance(inputs, dict):
         out["inputs"] = {k: describe_resource(r) for k, r in sorted(inputs.items())}

@@ -28,7 +28,7 @@ from .cache.files import atomic_write
 from .outfolder import is_our_link, link_target, set_folder
 from .export import ExportError, _read, benchmarks_by_group, folder_rows, run_folders
 from .robustness import DEFAULT_FORMULA, MIN_DELTA, Formula, Score, formula, harmonic, refusal
-from .uncertainty import paired
+from .uncertainty import Sample, paired
 
 FILE = "ROBUSTNESS.json"
 ATTACKS = "attacks"  # OUT/attacks/<attack>/: each attacked model's own run folder
@@ -80,6 +80,25 @@ def attacked_folders(out: str | Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(d.iterdir()) if p.is_dir() and (p / "run.json").exists()}
 
 
+def scored_indices(run: RunValues) -> list[int] | None:
+    """The split's rows a run scored when a model attack scored a subset of it (a disjoint
+    relearn: the half it did not train on), as ``run.json`` records them; None: every row."""
+    try:
+        meta = json.loads((run.folder / "run.json").read_text())
+        got = meta["provenance"]["resources"]["model"]["derived"]["transform"].get("scored_indices")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return [int(i) for i in got] if isinstance(got, list) else None
+
+
+def _as_rows(sample: Sample, rows: list[int]) -> Sample | None:
+    """A subset run's items keyed by their rows in the whole split (its EVAL numbers them 0..n-1);
+    None where that cannot be told (more than one stratum, or another count)."""
+    if len(sample.names) != 1 or len(sample.keys[0]) != len(rows):
+        return None
+    return Sample(sample.names, (tuple(str(rows[int(k)]) for k in sample.keys[0]),), sample.values, sample.stat, sample.notes)
+
+
 def item_change(a: RunValues, b: RunValues, group: str, metric: str, n_resamples: int, seed: int,
                 level: float) -> dict[str, Any] | None:
     """The paired test of B - A on the items both runs scored (None: the metric has no items)."""
@@ -91,10 +110,19 @@ def item_change(a: RunValues, b: RunValues, group: str, metric: str, n_resamples
     sb = bench.item_sample(metric, eb) if isinstance(eb, dict) else None
     if sa is None or sb is None:
         return None
+    rows = scored_indices(b)
+    if rows is not None:
+        sb = _as_rows(sb, rows)
+        if sb is None:
+            return {"verdict": NOT_PAIRED}
     try:
         return paired(sa, sb, n_resamples, seed, level)
     except ValueError as e:
         return {"verdict": f"no test ({e})"}
+
+
+NOT_PAIRED = ("not comparable: the attacked run scored a subset of one split (a disjoint relearn) and this metric "
+              "has no single stratum of items to pair by row")
 
 
 def _noise(change: dict[str, Any] | None) -> str | None:
@@ -124,28 +152,44 @@ def score_attack(name: str, before: RunValues, after: RunValues, f: Formula, ret
     control = retain_before is not None and retain_after is not None
     if kind == "relearn":
         out["retain_folders"] = [str(retain_before.folder), str(retain_after.folder)] if control else None
+    subset = scored_indices(after) is not None  # the attacked run scored part of a split (a disjoint relearn)
     for (group, metric), x in before.values.items():
         bench = before.benches.get(group.upper())
         form = _knowledge(bench, metric)
         y = after.values.get((group, metric))
+        change = item_change(before, after, group, metric, n_resamples, seed, level)
         row: dict[str, Any] = {"benchmark": group, "metric": metric, "before": x, "after": y,
                                "knowledge": form.as_dict() if form is not None else None}
+        if subset and (change is None or change.get("verdict") == NOT_PAIRED):  # no items to pair by row
+            change = {"verdict": NOT_PAIRED}
+            row.update(before=None, after=None, before_all_items=x, after_all_items=y)
+            x = y = None
+        elif change and change.get("unpaired_items") and change.get("a") is not None:
+            # the attacked run scored other items (a disjoint relearn scores the half it did not train on):
+            # before and after are both taken on the items both scored, the plain run's own value kept beside
+            row.update(before=change["a"], after=change["b"], before_all_items=x, after_all_items=y)
+            x, y = change["a"], change["b"]
         if form is not None:
             row["m_before"], row["m_after"] = form(x), form(y)
-        row["change"] = item_change(before, after, group, metric, n_resamples, seed, level)
+        row["change"] = change
         if score:
             why = refusal(metric, form, f, score)
             if why is None and kind == "relearn" and not control:
                 why = f"{metric}: R needs the retain model relearned by the same recipe as the control (its runs before and after)"
+            if why is None and change and change.get("verdict") == NOT_PAIRED:
+                why = f"{metric}: {NOT_PAIRED}"
             if why is not None:
                 row[score] = {"value": None, "refused": why}
             elif kind == "quantize":
                 row["Q"] = f.quant(row["m_before"], row["m_after"]).as_dict()
             else:
                 rb, ra = retain_before.values.get((group, metric)), retain_after.values.get((group, metric))
+                rc = item_change(retain_before, retain_after, group, metric, n_resamples, seed, level)
+                if rc and rc.get("unpaired_items") and rc.get("a") is not None:  # the same rows before and after
+                    rb, ra = rc["a"], rc["b"]
                 row["retain_before"], row["retain_after"] = rb, ra
                 row["m_ret_before"], row["m_ret_after"] = form(rb), form(ra)
-                row["retain_change"] = item_change(retain_before, retain_after, group, metric, n_resamples, seed, level)
+                row["retain_change"] = rc
                 row["R"] = f.relearn(row["m_before"], row["m_after"], row["m_ret_before"], row["m_ret_after"],
                                      min_delta=min_delta, noise=_noise(row["change"])).as_dict()
         out["metrics"][f"{group}/{metric}"] = row

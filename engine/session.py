@@ -180,12 +180,14 @@ def error_line(e: Exception, benches: Sequence[Any]) -> str:
     return f"evaldag: error: {line}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
-def interrupted(cache: Cache | None, executor: Executor | None) -> str:
-    """Ctrl-C: one line saying what this run stored (node entries, model answers) and so
-    keeps; the cache is written entry by entry, atomically, so a rerun resumes from there."""
+def interrupted(cache: Cache | None, executor: Executor | None, signame: str | None = None) -> str:
+    """Ctrl-C or SIGTERM before the outputs: one line saying what this run stored (node entries,
+    model answers) and so keeps; the cache is written entry by entry, atomically, so a rerun
+    resumes from there. ``signame`` (SIGTERM) names the signal; Ctrl-C's line names none."""
     nodes = cache.nodes.stored if cache is not None else 0
     answers = sum(len(keys) for keys in executor._written.values()) if executor is not None else 0
-    return f"evaldag: interrupted: {nodes} nodes and {answers} model results kept; rerun to resume"
+    how = f" ({signame})" if signame else ""
+    return f"evaldag: interrupted{how}: {nodes} nodes and {answers} model results kept; rerun to resume"
 
 
 def agree(group: Group | None, failed: Exception | None, what: str) -> None:
@@ -247,6 +249,11 @@ def run_benchmarks(benches: Sequence[Any], cfgs: Sequence[Any], options: RunOpti
             raise
         print(interrupted(held.get("cache"), held.get("executor")), file=sys.stderr)
         return Outcome(130, out, held.get("result"))
+    except Interrupted as e:  # SIGTERM before the outputs: the same account, the command line exits 143
+        if not held.get("publishing"):
+            print(interrupted(held.get("cache"), held.get("executor"), e.args[0]), file=sys.stderr)
+            e.said = True
+        raise
     finally:  # a run from Python leaves no open database behind (the command line's process ends anyway)
         if held.get("cache") is not None:
             held["cache"].close()

@@ -93,6 +93,37 @@ def one_process_view():
             ev.get_git_commit_hash = real_hash
 
 
+@contextlib.contextmanager
+def third_party_bars_off():
+    """lm-evaluation-harness's tqdm bars (one per task while it builds requests, "Tokenizing inputs")
+    and datasets' ("Generating test split") off while ``simple_evaluate`` runs: they would interleave
+    with evaldag's own lines, whose bars count the same requests as the executor serves them.
+    Only lm-evaluation-harness's modules get a muted tqdm; evaldag's bars are untouched."""
+    import importlib
+
+    patched = []
+    for name in ("lm_eval.api.task", "lm_eval.api.model", "lm_eval.api.metrics"):
+        mod = importlib.import_module(name)
+        if hasattr(mod, "tqdm"):
+            original = mod.tqdm
+            patched.append((mod, original))
+            mod.tqdm = lambda *a, _bar=original, **kw: _bar(*a, **{**kw, "disable": True})
+    try:
+        from datasets.utils import logging as ds_logging
+    except ImportError:  # pragma: no cover - lm-evaluation-harness depends on datasets
+        ds_logging = None
+    was_on = ds_logging is not None and ds_logging.is_progress_bar_enabled()
+    if was_on:
+        ds_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for mod, original in patched:
+            mod.tqdm = original
+        if was_on:
+            ds_logging.enable_progress_bar()
+
+
 def _quiet_git_hash() -> str | None:
     """lm-evaluation-harness's ``git_hash`` (``git describe --always`` in the working directory),
     the same value without git's complaint on stderr outside a repository."""
@@ -118,7 +149,7 @@ def evaluate(model: Any, params: LmevalParams, serve: Any) -> dict:
     level = log.level
     log.setLevel(logging.ERROR)  # its per-task notes (default aggregations, ...) would bury evaldag's summary
     try:
-        with one_process_view():
+        with one_process_view(), third_party_bars_off():
             out = lm_eval.simple_evaluate(
                 model=lm, tasks=list(params.tasks), task_manager=task_manager(params.include_path, params.tasks),
                 num_fewshot=params.num_fewshot, limit=limit, bootstrap_iters=params.bootstrap_iters, log_samples=True,

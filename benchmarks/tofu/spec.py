@@ -44,7 +44,8 @@ class _Catalogue(Catalogue):
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:
         c = self.cfg
-        return qa_stats(field=field, template=c.template, joint_tokenization=c.joint_tokenization, bind={"data": f"tofu_{split}"})
+        return qa_stats(field=field, template=c.template, joint_tokenization=c.joint_tokenization,
+                        answer_only=c.answer_only, bind={"data": f"tofu_{split}"})
 
     def generations(self, split: str) -> Node:
         c = self.cfg
@@ -102,7 +103,8 @@ class _Catalogue(Catalogue):
 
     def _grad(self, split: str) -> Node:
         c = self.cfg
-        return grad_norms(template=c.template, joint_tokenization=c.joint_tokenization, bind={"data": f"tofu_{split}"})
+        return grad_norms(template=c.template, joint_tokenization=c.joint_tokenization, answer_only=c.answer_only,
+                          bind={"data": f"tofu_{split}"})
 
 
 def metric_names() -> list[str]:

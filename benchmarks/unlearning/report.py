@@ -15,6 +15,8 @@ from html import escape
 from typing import Any
 
 from ...engine.render.clusters import Split, guess_split
+from ...engine.render.generations import SHOWN, generation_rows
+from ...engine.render.interval_cells import interval_of
 from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
 from ...engine.render.report_html import RunFolder, Section
 
@@ -83,7 +85,9 @@ def plot_cards(run: RunFolder) -> dict[str, list[str]]:
         if svg:
             cards.setdefault("truth-ratio", []).append(svg + _table_values(evals, [n for n, _ in tr]))
         curves, notes = mia_curves(evals)
-        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC")
+        blocks = {n: interval_of(run.evals, bench, n) for n, *_ in curves}  # each AUC's, where the run wrote one
+        ivs = {n: b["percentile"] for n, b in blocks.items() if b}
+        svg = roc_svg(curves, title=f"{prefix}: membership inference ROC", intervals=ivs)
         if svg:
             cards.setdefault("roc", []).append(svg + "".join(f'<p class="ed-warn">{escape(t)}</p>' for t in notes))
         probs = [(n, per_item(e, "prob")) for n, e in sorted(evals.items()) if _PROB.match(n)]
@@ -105,38 +109,7 @@ def plots_html(runs: list[RunFolder]) -> str:
     return "".join(out) or '<p class="ed-muted">No per-item data to plot.</p>'
 
 
-GENERATIONS_SHOWN = 5  # rows of each generation metric the report shows
-
-
-def generation_rows(entry: Any) -> list[tuple[str, dict]]:
-    """The items of a ROUGE entry that carry a generation and its gold answer, in item order."""
-    items = entry.get("value_by_index") if isinstance(entry, dict) else None
-    if not isinstance(items, dict):
-        return []
-    rows = []
-    for k, v in items.items():
-        if not isinstance(v, dict):
-            continue
-        gen, gold = _first(v.get("generation")), _gold(v.get("ground_truth"))
-        if gen is not None and gold is not None:
-            rows.append((k, {"generation": gen, "ground_truth": gold, "input": _first(v.get("input")) or ""}))
-    return rows
-
-
-def _first(value: Any) -> str | None:
-    """A text field; ``*_PERT_ROUGE`` repeats it once per perturbed answer: the first."""
-    if isinstance(value, list) and value and isinstance(value[0], str):
-        return value[0]
-    return value if isinstance(value, str) else None
-
-
-def _gold(value: Any) -> str | None:
-    """The gold answer as text; the perturbed answers of ``*_PERT_ROUGE`` are a list: joined."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
-        return " | ".join(value)
-    return None
+GENERATIONS_SHOWN = SHOWN  # rows of each generation metric the report shows
 
 
 def _cut(text: str, n: int = 240) -> str:

@@ -88,6 +88,7 @@ class Encoder(Protocol):
         fewshot: Sequence[tuple[str, str]] = (),
         joint: bool = False,
         max_length: int = 512,
+        answer_only: bool = False,
     ) -> Encoded: ...
 
     def encode_completion(

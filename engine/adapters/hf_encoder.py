@@ -98,7 +98,8 @@ class HFEncoder:
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out) if tokenize else out
 
     def encode_qa(self, question: str, answer: str, template: PromptTemplate,
-                  fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512) -> Encoded:
+                  fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512,
+                  answer_only: bool = False) -> Encoded:
         """One QA item.
 
         Default (``joint=False``) reproduces open-unlearning bit for bit: the prompt and
@@ -109,8 +110,15 @@ class HFEncoder:
         answer's first character, so the boundary token is scored. ``prompt_ids`` (the
         generation input) is the separately tokenized prompt in both modes. The chat path
         is not truncated (open-unlearning does not truncate it either).
+
+        ``answer_only=True`` scores the answer's own tokens, all of them and nothing else: the
+        split is the joint one (the boundary token is the answer's), and what the chat template
+        writes after the answer (ChatML's ``<|im_end|>`` and newline) and the appended eos are
+        left out, so a one-token answer is one scored token, not four. open-unlearning scores
+        them all (the default).
         """
         t, cut = template, 0
+        joint = joint or answer_only
         if t.apply_chat_template:
             chat = [{"role": "system", "content": t.system_prompt}] if t.system_prompt else []
             for q, a in [*fewshot, (question, answer)]:
@@ -137,12 +145,32 @@ class HFEncoder:
                 full = self._ids(wrapped + answer, max_length)
             if len(full) >= max_length:  # maybe cut: count what the cut dropped
                 cut = len(self._ids(wrapped + answer, None)) - len(full)
-        if not full or full[-1] != self.eos_token_id:
-            full = full + [self.eos_token_id]  # after truncation, as open-unlearning does (513 ids)
         if not joint:
             split = len(prompt_ids)
+        if answer_only:
+            tail = self._template_tail(chat, t.date_string, answer) if t.apply_chat_template and not cut else 0
+            full = full[: max(split + 1, len(full) - tail)]
+        elif not full or full[-1] != self.eos_token_id:
+            full = full + [self.eos_token_id]  # after truncation, as open-unlearning does (513 ids)
         return Encoded(context_ids=tuple(full[:split]), continuation_ids=tuple(full[split:]),
                        prompt_ids=tuple(prompt_ids), truncated=cut)
+
+    def _template_tail(self, chat: list[dict], date_string: str | None, answer: str) -> int:
+        """How many ids the chat template writes after the last answer (ChatML: ``<|im_end|>``
+        and a newline): the tokens of the rendered conversation that start after the answer's
+        last character (its tokenization is the one ``apply_chat_template`` returns)."""
+        text = self._chat(chat, False, False, date_string)
+        found = text.rfind(answer) if answer else -1
+        if found < 0 and answer.strip():
+            found = text.rfind(answer.strip())
+            answer = answer.strip()
+        if found < 0:
+            return 0
+        end = found + len(answer)
+        if not getattr(self.tokenizer, "is_fast", False):
+            return len(self._ids(text[end:], None, special=False)) if text[end:] else 0
+        offsets = self._ids(text, None, offsets=True, special=False)["offset_mapping"]
+        return sum(1 for s, e in offsets if s >= end and e > s)
 
     def _split(self, text: str, char: int, max_length: int | None, special: bool) -> tuple[list[int], int]:
         """Tokenize ``text`` once; the split is the first token that ends after ``char``."""

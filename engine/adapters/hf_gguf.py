@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..cache.filehash import file_sha256
+from .chat_quirks import facts, folder_facts, vocab_counter
 from .hf import DTYPES, GGUF_CLASS, HFModel, _check_rows, _digest, _ensure_pad, _resolve_device
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
@@ -104,6 +105,9 @@ class GGUFHeader:
     special: dict[str, int | None] = field(default_factory=dict)  # bos/eos/pad/unk ids
     special_text: dict[str, str | None] = field(default_factory=dict)
     chat_template: str | None = None
+    tokens: tuple[str, ...] = ()  # the vocabulary, for counting a chat template's tokens (chat_quirks.py)
+    token_types: tuple[int, ...] = ()
+    tokenizer_model: str | None = None  # "gpt2" (byte-level BPE), "llama" (SentencePiece) ...
 
     @classmethod
     def read(cls, path: Path) -> "GGUFHeader":
@@ -131,12 +135,22 @@ class GGUFHeader:
         return cls(path=path, architecture=str(value("general.architecture")), file_type=ftype,
                    tensor_types=dict(Counter(t.tensor_type.name for t in r.tensors)),
                    vocab=len(tokens.data) if tokens is not None else None, special=special, special_text=text,
-                   chat_template=value("tokenizer.chat_template"))
+                   chat_template=value("tokenizer.chat_template"),
+                   tokens=tuple(tokens.contents()) if tokens is not None else (),
+                   token_types=tuple(int(t) for t in value("tokenizer.ggml.token_type") or ()),
+                   tokenizer_model=value("tokenizer.ggml.model"))
 
     def quantization(self) -> dict[str, Any]:
         """For run.json: the file type, each tensor type's count, and how the numbers were computed."""
         return {"file": self.path.name, "architecture": self.architecture, "file_type": self.file_type,
                 "tensor_types": dict(sorted(self.tensor_types.items())), "scored_as": SCORED_AS}
+
+    def chat_facts(self) -> Any:
+        """The chat template's default system prompt and answer tail (``chat_quirks.ChatFacts``)."""
+        names = {"bos": "bos_token", "eos": "eos_token", "pad": "pad_token", "unk": "unk_token"}
+        specials = {names[k]: v for k, v in self.special_text.items() if k in names}
+        count = vocab_counter(list(self.tokens), list(self.token_types), self.tokenizer_model == "gpt2") if self.tokens else None
+        return facts(self.chat_template, specials, count)
 
     def bos_is_eos_without_pad(self) -> bool:
         """The shape docs/gotchas.md warns about (pad = eos then hides the real bos/eos tokens)."""
@@ -257,6 +271,11 @@ class HFGGUFModel(HFModel):
             model = self._adapter.model
             out.update(loaded_dtype=str(model.dtype).replace("torch.", ""), loaded_device=str(model.device))
         return out
+
+    def chat_facts(self) -> Any:
+        if self.tokenizer_source:
+            return folder_facts(self._tok_dir) if self._tok_dir is not None else None
+        return self.header().chat_facts()
 
     def encoder(self) -> HFEncoder:
         if self._encoder is None:

@@ -7,7 +7,8 @@ the tokenizer files alone (so a warm rerun imports no transformers).
 
 The model check before a run (``benchmarks/common.check_model``) reads the same files for
 what else it needs to know up front: is there a vocabulary, a chat template, a bos equal to
-the eos, a pad the chat template writes (then the masking warning, :func:`masking_quirk`).
+the eos, a pad the chat template writes, what the template writes after an answer (then the one
+warning line, :func:`masking_quirk`).
 """
 
 from __future__ import annotations
@@ -89,17 +90,25 @@ def _special_and_template(root: Path) -> tuple[dict[str, set[str]], str]:
     return found, "\n".join(template)
 
 
-def masking_quirk(bos_eos: bool, template_pad: str | None) -> str | None:
-    """The warning's text when open-unlearning's ``ids != pad`` masking hides real tokens: a pad (eos)
-    token the chat template writes inside the prompt, or bos = eos with no pad token; else None."""
-    if template_pad:
+def masking_quirk(bos_eos: bool, template_pad: str | None, tail: str | None = None, reference: bool = True) -> str | None:
+    """The warning's text when open-unlearning's scoring counts what is not the model's answer:
+    ``tail``, the chat template's tokens scored with each answer (``chat_quirks.quirk_text``),
+    and, under the ``reference`` masking (``ids != pad``), the real tokens it hides (a pad (eos)
+    token the chat template writes inside the prompt, or bos = eos with no pad token); None when
+    neither applies."""
+    if not reference:
+        quirk = None
+    elif template_pad:
         quirk = (f"the pad token {template_pad} (pad = eos) is also written by the chat template at each turn's "
                  f"end, so the default masking hides every {template_pad} of the prompt from attention")
     elif bos_eos:
         quirk = "the tokenizer has no pad token and its bos equals its eos, so the default masking also hides real bos/eos tokens"
     else:
-        return None
-    return f"{quirk} and changes scores; --attention-mask padding masks only padding (docs/gotchas.md)"
+        quirk = None
+    parts = [tail] if tail else []
+    if quirk:
+        parts.append(f"{quirk} and changes scores; --attention-mask padding masks only padding")
+    return "; and ".join(parts) + " (docs/gotchas.md)" if parts else None
 
 
 def has_tokenizer(folder: Path) -> bool:

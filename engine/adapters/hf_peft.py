@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.filehash import file_sha256
+from .chat_quirks import folder_facts, model_facts
 from .hf import ADAPTER_CLASS, ADAPTER_CONFIG, HFModel, _check_rows, _digest, _ensure_pad, is_adapter_dir
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
@@ -159,6 +160,9 @@ class HFPeftModel(HFModel):
                 _ensure_pad(tok)
                 self._encoder = HFEncoder(tok)
         return self._encoder
+
+    def chat_facts(self) -> Any:
+        return folder_facts(Path(self.path).expanduser()) if self._own_tokenizer() else model_facts(self.base)
 
     def verify_unchanged(self) -> None:
         """The adapter's files and the base's (both fingerprinted) are still the ones hashed."""

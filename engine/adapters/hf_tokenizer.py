@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.filehash import file_sha256
+from .chat_quirks import folder_facts
 from .hf import HFModel, _digest, _dedicated_pad_files, _ensure_pad
 from .hf_encoder import HFEncoder
 
@@ -35,6 +36,9 @@ class HFModelTokenizer(HFModel):
             _ensure_pad(tok)
             self._encoder = HFEncoder(tok)
         return self._encoder
+
+    def chat_facts(self) -> Any:
+        return folder_facts(self._tok_dir) if self._tok_dir is not None else None
 
     def mask_mode_matters(self) -> bool:
         return self._tok_dir is None or not _dedicated_pad_files(self._tok_dir)

@@ -44,12 +44,14 @@ class ToyEncoder:
         """Text -> ids; ``add_special_tokens`` puts the bos in front, as a Llama tokenizer does."""
         return ([BOS] if add_special_tokens else []) + self._ids(text)
 
-    def encode_qa(self, question: str, answer: str, template: PromptTemplate, fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512) -> Encoded:
+    def encode_qa(self, question: str, answer: str, template: PromptTemplate, fewshot: Sequence[tuple[str, str]] = (), joint: bool = False, max_length: int = 512,
+                  answer_only: bool = False) -> Encoded:
         t = template
         prompt = "".join(f"{t.user_start_tag}{q}{t.user_end_tag}{t.asst_start_tag}{a}{t.asst_end_tag}" for q, a in fewshot)
         prompt += f"{t.user_start_tag}{question}{t.user_end_tag}{t.asst_start_tag}"
         p = [BOS] + self._ids(prompt)
-        return Encoded(context_ids=tuple(p), continuation_ids=tuple(self._ids(answer) + [EOS]), prompt_ids=tuple(p))
+        return Encoded(context_ids=tuple(p), continuation_ids=tuple(self._ids(answer) + ([] if answer_only else [EOS])),
+                       prompt_ids=tuple(p))
 
     def encode_completion(self, prefix: str, text: str, insert_space: bool = False, max_length: int = 2048) -> Encoded:
         p = [BOS] + self._ids(prefix)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..render.generations import SHOWN, text_lines
+from ..render.view import read_evals
 from ..report import write_report_html
 from ..checkpoints import order_runs
 from ..sweepdir import run_folders
@@ -19,7 +21,17 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("out_dirs", nargs="+", metavar="OUT_DIR", help="--out folders of finished runs (one column each), or a sweep's --out (a column per checkpoint)")
     r.add_argument("--out", "-o", default=None, help="the HTML file (default: OUT_DIR/report.html for one folder, else ./report.html)")
     r.add_argument("--title", default="evaldag report")
+    r.add_argument("--generations", type=int, nargs="?", const=SHOWN, default=None, metavar="N",
+                   help=f"print the first N generations of each generating metric beside the gold answers "
+                        f"(default {SHOWN}) instead of writing the report")
     return r
+
+
+def print_generations(folders: list[Path], shown: int) -> None:
+    """``--generations``: each run's first generations in the terminal, from its EVAL files."""
+    for folder in folders:
+        lines = list(text_lines(read_evals(folder), str(folder), shown))
+        print("\n".join(lines) if lines else f"{folder}: no generations (no metric of this run generates)")
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -27,6 +39,9 @@ def cmd(args: argparse.Namespace) -> int:
     try:
         runs = order_runs(run_folders(args.out_dirs), lambda t: print(f"evaldag: note: {t}", file=sys.stderr))  # by step
         folders = [folder for _, folder in runs]  # a sweep's OUT: its checkpoints, in order
+        if args.generations is not None:
+            print_generations(folders, args.generations)
+            return 0
         path = write_report_html(folders, dest, title=args.title)
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)

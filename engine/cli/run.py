@@ -66,7 +66,8 @@ def cmd(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Interrupted) as e:  # one line saying what OUT now holds
         signum = getattr(e, "signum", signal.SIGINT)
         what = "published the new set in" if getattr(e, "published", False) else "kept the previous outputs in"
-        print(f"evaldag: interrupted ({signal.Signals(signum).name}): {what} {out}", file=sys.stderr)
+        if not getattr(e, "said", False):  # stopped before the outputs: the run said what it kept
+            print(f"evaldag: interrupted ({signal.Signals(signum).name}): {what} {out}", file=sys.stderr)
         return 128 + signum
     finally:
         if old is not None:

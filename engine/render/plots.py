@@ -184,12 +184,15 @@ def histogram_svg(series: list[tuple[str, Sequence[float]]], *, title: str, xlab
     return "\n".join(out)
 
 
-def roc_svg(curves: list[tuple[str, list[float], list[float], float]], *, title: str, kind: str = "roc") -> str | None:
-    """ROC curves (one per attack) on a square plot, the chance diagonal, AUCs in a side legend."""
+def roc_svg(curves: list[tuple[str, list[float], list[float], float]], *, title: str, kind: str = "roc",
+            intervals: dict[str, Sequence[float]] | None = None) -> str | None:
+    """ROC curves (one per attack) on a square plot, the chance diagonal, AUCs in a side legend;
+    ``intervals``: an attack's AUC interval (lo, hi), in brackets beside its AUC at its precision."""
     if not curves:
         return None
+    bracket = {k: f" [{v[0]:.3f}, {v[1]:.3f}]" for k, v in (intervals or {}).items()}
     side = 250.0
-    legend_w = 30 + max(len(f"{c[0]} · AUC 0.000") for c in curves) * 5.7
+    legend_w = 30 + max(len(f"{c[0]} · AUC 0.000{bracket.get(c[0], '')}") for c in curves) * 5.7
     w, h = PAD_L + side + legend_w, 30 + side + PAD_B
     fr = _Frame(0.0, 1.0, 0.0, 1.0, w=w, h=h, top=30.0, right=legend_w)
     out = svg_open(kind, title, w, h)
@@ -203,7 +206,7 @@ def roc_svg(curves: list[tuple[str, list[float], list[float], float]], *, title:
         pts = " ".join(f"{fr.x(a):.1f},{fr.y(b):.1f}" for a, b in zip(fpr, tpr))
         out.append(f'<polyline class="ed-series" points="{pts}" fill="none" stroke="{color}" stroke-width="1.8" '
                    f'stroke-opacity="0.9"><title>{escape(label)}: AUC {auc:.4f}</title></polyline>')
-        entries.append((f"{label} · AUC {auc:.3f}", color))
+        entries.append((f"{label} · AUC {auc:.3f}{bracket.get(label, '')}", color))
     out += legend(entries, fr.x(1) + 14, fr.top + 10, swatch="line")
     out.append("</svg>")
     return "\n".join(out)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol, Sequence, Union
 
 from .clusters import Split, guess_split, split_vocabulary
 from .html import chips, graph_section, num_cell, page
+from .interval_cells import interval_caption, interval_of, with_interval
 from .runjson import read_run_json
 from .view import computed_text, fmt_secs, from_run_dir, headline, read_evals, read_json
 
@@ -116,6 +117,10 @@ def _resources_table(prov: dict, not_loaded: bool = False) -> str:
     if not rows:
         return ""
     table = _table(["resource", "kind", "path or source", "fingerprint", "loaded as"], rows, num_from=99)
+    added = prov.get("system_prompt_added")
+    for name, text in sorted(added.items()) if isinstance(added, dict) else ():
+        table += (f'<p class="ed-muted">{escape(str(name))}: the chat template added its default system prompt '
+                  f'to every prompt: <q>{escape(str(text))}</q></p>')
     cmd = prov.get("command")
     if isinstance(cmd, list) and cmd:
         table += f'<p class="ed-muted"><code>{escape(" ".join(str(c) for c in cmd))}</code></p>'
@@ -169,7 +174,8 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
                 if val is None:
                     val = headline(r.evals.get(bench, {}).get(name))
                 vals.append(val if isinstance(val, (int, float)) and not isinstance(val, bool) else None)
-                cells.append(_served(num_cell(vals[-1]), r.evals.get(bench, {}).get(name)))
+                cell = with_interval(num_cell(vals[-1]), vals[-1], interval_of(r.evals, bench, name))
+                cells.append(_served(cell, r.evals.get(bench, {}).get(name)))
             cells += [_delta_cell(vals[0], v) for v in vals[1:]]  # side by side: each later run minus the first
             cls = "ed-headline" if name in head else ""
             split = guess_split(name, splits)
@@ -179,7 +185,8 @@ def metrics_section(runs: list[RunFolder], sections: Sequence[Section] = (), spl
         cols += "".join(f'<th class="ed-num ed-delta" title="{escape(r.title)} minus {escape(runs[0].title)}">'
                         f'Δ {escape(r.title)}</th>' for r in runs[1:])
         out.append(("" if shown else f"<h3>{escape(bench)}</h3>")
-                   + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}"><thead><tr><th>metric</th>'
+                   + f'<table class="ed-table ed-sortable ed-metrics" data-bench="{escape(bench)}">{interval_caption([r.evals for r in runs], bench)}'
+                   "<thead><tr><th>metric</th>"
                    f"<th>split</th>{cols}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
     if not out:
         return '<p class="ed-muted">No metric values found.</p>'

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...engine.adapters.hf_adapter import GENERATE_GROUP, HFAdapter
 from ...engine.batching import Budget
+from ...engine.streaming import finished
 from .grad_request import GradNorm, GradNormResult  # noqa: F401 - re-exported: the kind is registered there
 
 # Rows per batched backward (ghost norms: 8 and 16 were equally fast on the 4 x 256 Llama
@@ -57,7 +58,7 @@ def serve(adapter: HFAdapter, reqs: list[GradNorm]) -> list[GradNormResult]:
     vmap or one backward per row; all give the same norms within float rounding). Empty
     targets give NaN. Eval mode is restored."""
     run = runner(adapter)
-    out = run(list(reqs))
+    out = run(list(reqs), lambda i, v: finished(i, GradNormResult(v)))  # each row stored as it finishes
     adapter.record_tokens(sum(r.length() for r in reqs), run.padded_tokens)
     return [GradNormResult(v) for v in out]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from .grad_request import GradNorm
 from .hf_ghost import ghost_norms, supported
@@ -178,8 +178,16 @@ class GradNormRunner:
         self.alone[why] += 1
         return one_row(self.model, r, self.masked_id)[0]
 
-    def __call__(self, reqs: list[GradNorm]) -> list[float]:
+    def __call__(self, reqs: list[GradNorm], on_row: Callable[[int, float], None] | None = None) -> list[float]:
+        """The norms of ``reqs``; ``on_row(i, value)`` is called as each row's backward finishes (a
+        row of a batched backward when its batch does), so a long stage is stored row by row."""
         model, out = self.model, [float("nan")] * len(reqs)
+
+        def put(i: int, value: float) -> None:
+            out[i] = value
+            if on_row is not None:
+                on_row(i, value)
+
         self.padded_tokens = sum(r.length() for r in reqs)
         was_training = model.training
         try:
@@ -187,7 +195,8 @@ class GradNormRunner:
             todo = [i for i, r in enumerate(reqs) if scored(r) > 0]
             done: list[int] = []
             if todo and self.used is None:
-                out[todo[0]], self.used = one_row(model, reqs[todo[0]], self.masked_id)
+                first, self.used = one_row(model, reqs[todo[0]], self.masked_id)
+                put(todo[0], first)
                 self.alone["the first row: which parameters receive a gradient" if self.way() != "one_row"
                            else self._why_alone(reqs[todo[0]], "one_row")] += 1
                 done, todo = todo[:1], todo[1:]
@@ -196,14 +205,14 @@ class GradNormRunner:
                 probe = next((i for i in done + todo if self._batchable(reqs[i], "ghost")), None)
                 if probe is not None:
                     if probe in todo:
-                        out[probe] = self._alone(reqs[probe], "the first row ghost norms serve: their check")
+                        put(probe, self._alone(reqs[probe], "the first row ghost norms serve: their check"))
                         todo.remove(probe)
                     self._check_ghost(reqs[probe], out[probe])
                     self._checked = True
             way = self.way()
             fits = [i for i in todo if way != "one_row" and self._batchable(reqs[i], way)]
             for i in sorted(set(todo) - set(fits)):
-                out[i] = self._alone(reqs[i], self._why_alone(reqs[i], way))
+                put(i, self._alone(reqs[i], self._why_alone(reqs[i], way)))
             for part in self._parts(reqs, fits, way):
                 rs = [reqs[i] for i in part]
                 if way == "ghost":
@@ -215,7 +224,10 @@ class GradNormRunner:
                     got = [self._alone(rs[0], "vmap: no other row of its length and p in the batch")]
                 self.batched += len(rs) if len(rs) > 1 or way == "ghost" else 0
                 for i, v in zip(part, got):
-                    out[i] = v
+                    put(i, v)
+            for i, r in enumerate(reqs):
+                if scored(r) <= 0:  # nothing to score: NaN, handed back too
+                    put(i, out[i])
         finally:
             model.zero_grad(set_to_none=True)
             model.train(was_training)

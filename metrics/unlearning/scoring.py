@@ -29,8 +29,14 @@ class QAParams(Params):
     question_key: str = "question"
     template: PromptTemplate = PromptTemplate()
     joint_tokenization: bool = False  # False reproduces open-unlearning's boundary quirk
+    answer_only: bool = False  # False scores the template's turn end and the appended eos, as open-unlearning does
     max_length: int = 512
     fewshot_key: str | None = None  # resource holding few-shot rows (MUSE knowmem ICL)
+
+
+def _answer_only(params: QAParams) -> dict:
+    """``answer_only=True`` only when asked: an encoder written before the option keeps working."""
+    return {"answer_only": True} if params.answer_only else {}
 
 
 def _options(row: dict, field: str, where: str) -> list[str]:
@@ -50,7 +56,8 @@ def qa_stats(model: Any, data: list[dict], params: QAParams):
         opts = _options(row, params.field, f"row {i}")
         n_opts.append(len(opts) if isinstance(row[params.field], (list, tuple)) else 0)
         for ans in opts:
-            e = enc.encode_qa(row[params.question_key], ans, params.template, joint=params.joint_tokenization, max_length=params.max_length)
+            e = enc.encode_qa(row[params.question_key], ans, params.template, joint=params.joint_tokenization,
+                              max_length=params.max_length, **_answer_only(params))
             reqs.append(TokenStats(e.context_ids, e.continuation_ids))
             cut.append(e.truncated)
     results = yield reqs
@@ -242,8 +249,9 @@ def grad_norms(model: Any, data: list[dict], params: GradNormParams):
                                       max_length=params.max_length or CompletionParams().max_length)
         else:
             e = enc.encode_qa(row[params.question_key], row[params.field], params.template, joint=params.joint_tokenization,
-                              max_length=params.max_length or QAParams().max_length)
-        reqs.append(GradNorm(e.context_ids, e.continuation_ids, p=params.p))
+                              max_length=params.max_length or QAParams().max_length, **_answer_only(params))
+        # open-unlearning leaves the appended eos out of GradNorm's loss; answer-only ids have none to leave out
+        reqs.append(GradNorm(e.context_ids, e.continuation_ids, p=params.p, exclude_last=not (params.answer_only and not params.completion)))
         cut.append(e.truncated)
     results = yield reqs
     return {"values": np.asarray([r.value for r in results], dtype=np.float64),

@@ -2,6 +2,7 @@
 touched, and on a warm cache not one sequence forwarded."""
 
 import json
+import re
 from pathlib import Path
 
 from evaldag.engine import cli
@@ -40,6 +41,14 @@ def test_warm_rerun_with_intervals_forwards_nothing(tmp_path):
     page = (warm / "report.html").read_text()
     lo, hi = ivs["forget_Q_A_Prob"]["percentile"]
     assert 'id="intervals"' in page and f"{ivs['forget_Q_A_Prob']['agg_value']:.4g} ± {(hi - lo) / 2:.4g}" in page
+    # the metrics table: the INTERVALS file's percentile beside the value, its level and resamples in the caption
+    table = page[page.index('data-bench="TOFU">'):]
+    table = table[: table.index("</table>")]
+    assert '<td>forget_Q_A_Prob</td>' in table and f'<span class="ed-ci">[{lo:.4g}, {hi:.4g}]</span>' in table
+    assert "95% percentile bootstrap intervals over items, 200 resamples" in table
+    assert 'class="ed-ci"' not in (cold / "report.html").read_text()  # a run without intervals: the numbers alone
+    mlo, mhi = ivs["mia_min_k"]["percentile"]  # and the ROC legend: the AUC's interval beside it
+    assert re.search(rf">mia_min_k · AUC \d\.\d{{3}} \[{mlo:.3f}, {mhi:.3f}\]</text>", page)
     again = _run(tmp_path, "again", "--bootstrap-resamples", "200", "--seed", "5")  # the one spelling: the same nodes
     assert json.loads((again / "TOFU_INTERVALS_EVAL.json").read_text()) == ivs
     nodes = json.loads((again / "run.json").read_text())["nodes"]

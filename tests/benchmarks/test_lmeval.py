@@ -235,3 +235,18 @@ def test_two_torchrun_ranks_shard_the_requests_and_give_the_same_files(runs, tmp
         assert (out / f"lm_eval_samples_{task}.jsonl").read_text() == (one / f"lm_eval_samples_{task}.jsonl").read_text()
     by_rank = json.loads((out / "run.json").read_text())["executor"]["by_rank"]
     assert set(by_rank) == {"0", "1"} and all(r["sequences_forwarded"] > 0 for r in by_rank.values())
+
+
+def test_lm_evals_and_datasets_bars_stay_out_of_evaldags_progress(tmp_path, capsys):
+    """With --progress on a pipe, stderr holds evaldag's lines only: lm-evaluation-harness's request
+    bars ("Tokenizing inputs", one per task while it builds requests) and datasets' "Generating test
+    split" would interleave with them (evaldag's own bars count the same requests, served)."""
+    need_lm_eval()
+    tasks = write_tasks(tmp_path / "tasks")
+    code, err = _cli(["run", "lmeval", "--tasks", "fx_mc0,fx_gen", "--limit", "2", "--include-path", str(tasks),
+                      "--model", str(MODEL), "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+                      "--progress"], capsys)
+    assert code == 0
+    lines = [x for x in err.replace("\r", "\n").splitlines() if x.strip()]
+    assert any(x.startswith("evaldag token_stats: ") for x in lines)
+    assert lines and all(x.startswith("evaldag") for x in lines), lines

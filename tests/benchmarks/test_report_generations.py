@@ -55,3 +55,27 @@ def test_no_generations_no_section(tmp_path):
     d.mkdir()
     (d / "TOFU_EVAL.json").write_text(json.dumps({"forget_Q_A_Prob": {"agg_value": 0.5, "value_by_index": {"0": {"prob": 0.5}}}}))
     assert generations_html([load_run_folder(d)]) == ""
+
+
+def test_evaldag_report_generations_prints_them_in_the_terminal_and_writes_nothing(tmp_path, capsys):
+    from evaldag.engine.cli import main
+
+    target, retain = folders(tmp_path)
+    rouge = json.loads((target / "TOFU_EVAL.json").read_text())["forget_Q_A_ROUGE"]["value_by_index"]
+    assert main(["report", str(target), str(retain), "--generations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert not (target / "report.html").exists()
+    block = out.split(f"== forget_Q_A_ROUGE · {target}\n")[1].split("\n== ")[0]
+    k0, k1, k2 = list(rouge)[:3]
+    v, one = rouge[k0], lambda text: text.replace("\n", "\\n")  # each field on one line: newlines shown as \n
+    assert "\n" in v["input"]
+    assert block.startswith(f"  [{k0}] {one(v['input'])}\n    gold: {one(v['ground_truth'])}\n"
+                            f"    said: {one(v['generation'])}\n  [{k1}] ")
+    assert f"[{k2}]" not in block
+    assert f"== forget_Q_A_ROUGE · {retain}\n" in out
+    # a run without generations says so in one line
+    d = tmp_path / "probs"
+    d.mkdir()
+    (d / "TOFU_EVAL.json").write_text(json.dumps({"forget_Q_A_Prob": {"agg_value": 0.5, "value_by_index": {"0": {"prob": 0.5}}}}))
+    assert main(["report", str(d), "--generations"]) == 0
+    assert capsys.readouterr().out == f"{d}: no generations (no metric of this run generates)\n"

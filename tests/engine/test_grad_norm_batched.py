@@ -222,3 +222,22 @@ def test_a_ghost_rule_that_disagrees_on_the_first_row_is_dropped(monkeypatch, fi
         got = [r.value for r in adapter.run_batch(reqs)]
     assert grad_backend.runner(adapter).way() == "one_row"
     assert got == one_row_values(adapter, reqs)  # bit-identical: every row took one backward
+
+
+@pytest.mark.parametrize("mode", ["ghost", "one_row"])
+def test_each_row_is_handed_back_as_its_backward_finishes(mode):
+    """GradNorm is the slow MIA (a backward per row on CPU): each row's norm reaches the executor
+    (streaming.finished: stored at once, the bar moved) before the batch returns, the value the
+    batch returns, each row once."""
+    from evaldag.engine import streaming
+
+    res = HFModel(str(TINY_LLAMA / "target"))
+    adapter, reqs = res.load(), grad_requests(res, 12)
+    grad_backend.configure(adapter, mode, 4)
+    seen: list[tuple[int, float]] = []
+    with streaming.sink(lambda i, r: seen.append((i, r.value))):
+        got = adapter.run_batch(reqs)
+    assert sorted(i for i, _ in seen) == list(range(len(reqs)))
+    assert all(v == got[i].value or (v != v and got[i].value != got[i].value) for i, v in seen)  # NaN: nothing scored
+    if mode == "one_row":  # one backward per row: handed back in the order they ran, one at a time
+        assert [i for i, _ in seen] == list(range(len(reqs)))

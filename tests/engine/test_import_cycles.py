@@ -96,6 +96,7 @@ LAZY_OK = {"torch", "transformers", "tokenizers", "safetensors", "huggingface_hu
            "peft",  # optional (evaldag[peft]): imported only when an adapter loads
            "wandb",  # optional (evaldag[wandb]): imported only by export --wandb
            "vllm",  # optional (evaldag[vllm]): imported only when a vllm: engine starts or serves
+           "jinja2",  # transformers' template engine: imported only when a chat template is rendered (chat_quirks.py)
            "gguf",  # optional (evaldag[gguf]): imported only when a .gguf model is checked or loaded
            "bitsandbytes",  # optional (evaldag[quantize]): imported only when --attack quantize loads its model
            "deepspeed"}  # never a dependency: imported only to gather a ZeRO-3 model a DeepSpeed job trains

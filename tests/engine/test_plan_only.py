@@ -32,3 +32,12 @@ def test_plan_only_counts_each_kind_and_writes_nothing(tmp_path):
     assert full.returncode == 0, full.stderr
     ex = json.loads((out / "run.json").read_text())["executor"]
     assert f"{ex['tokens_real']} tokens" in kinds["token_stats"]
+
+
+def test_plan_only_names_the_metric_a_missing_model_is_for(tmp_path):
+    """--plan-only refuses a missing model as the run does: naming the metric asked for, not an inner node."""
+    r = run_cli(["run", "tofu", "--model", FIX / "tiny-llama" / "target", "--data", FIX / "tofu_tiny", "--limit", "2",
+                 "--metrics", "forget_Q_A_Prob,mia_reference", "--plan-only", "--cache-dir", tmp_path / "cache"])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[-1] == ("evaldag: error: missing resource(s): 'reference_model' (needed by "
+                                         "mia_reference) (pass --reference-model DIR)")

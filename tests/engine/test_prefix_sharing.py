@@ -20,6 +20,7 @@ from evaldag.engine.batching import Budget, pack, pack_by_prefix
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import TokenStats
 
+from ..perf.drift import numbers
 from ..conftest_models import TINY_LLAMA, TOFU, one_thread, resource, tofu_rows
 
 torch = pytest.importorskip("torch")
@@ -131,17 +132,6 @@ def _run(tmp, name, *extra):
     return json.loads((out / "TOFU_EVAL.json").read_text()), json.loads((out / "run.json").read_text())
 
 
-def _numbers(x, path=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _numbers(v, f"{path}/{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _numbers(v, f"{path}/{i}")
-    elif isinstance(x, float):
-        yield path, x
-
-
 def test_on_by_default_off_by_option_and_run_json_says_which(tmp_path):
     on, on_run = _run(tmp_path, "on")
     off, off_run = _run(tmp_path, "off", "--prefix-sharing", "off")
@@ -151,7 +141,7 @@ def test_on_by_default_off_by_option_and_run_json_says_which(tmp_path):
     assert ways == [["on"], ["off"], ["off"]]
     (account,) = on_run["executor"]["served"].values()
     assert account["token_stats"]["rows"] > 0 and account["token_stats"]["contexts"] < account["token_stats"]["rows"]
-    a, b = dict(_numbers(on)), dict(_numbers(off))
+    a, b = numbers(on, (float,)), numbers(off, (float,))
     assert a.keys() == b.keys() and len(a) > 100
     far = [(k, a[k], b[k]) for k in a if not math.isclose(a[k], b[k], rel_tol=GOLDEN_RTOL, abs_tol=GOLDEN_ATOL)]
     assert not far, far[:5]

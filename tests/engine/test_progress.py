@@ -151,3 +151,22 @@ def test_when_a_bar_is_wanted(forced, tty, shown):
             return tty
 
     assert progress.wanted(forced, Stream()) is shown
+
+
+def test_generation_waits_for_a_tenth_before_its_estimate(monkeypatch, capsys):
+    """Continuous batching: every sequence runs at once and the first to finish are few, so half a
+    minute's rate says hours where minutes remain (SmolLM2: "about 1.8 h left" at 241 of 25103
+    tokens, the stage took minutes); a generation's estimate waits for a tenth of its tokens."""
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    bar = progress.Estimating(progress.NoBar(), "evaldag: generate", 25000, True, patient=True)
+    clock[0] += 62
+    bar.update(241)  # 1 % after a minute: no forecast yet
+    assert capsys.readouterr().err == ""
+    clock[0] += 43
+    bar.update(2259)  # 10 % in 105 s
+    assert capsys.readouterr().err == "evaldag: generate: about 15.8 min left (2500 of 25000 tokens in 1.8 min)\n"
+    other = progress.Estimating(progress.NoBar(), "evaldag: token_stats", 25000, True)
+    clock[0] += 31
+    other.update(241)  # token statistics: half a minute is enough
+    assert capsys.readouterr().err.startswith("evaldag: token_stats: about ")

@@ -24,6 +24,9 @@ from tests.realmodel import FRANCE, tofu_data
 pytestmark = pytest.mark.realmodel
 
 PLAIN_METRICS = "forget_Q_A_Prob,forget_Q_A_ROUGE,wf_Q_A_Prob_normalised"
+# world facts on the chat template (3 rows; row 0 the capital of France), measured here: Paris's
+# share of the four options, and the mean over the rows, scored open-unlearning's way and --answer-only
+WF_PARIS_DEFAULT, WF_PARIS_ANSWER_ONLY, WF_DEFAULT, WF_ANSWER_ONLY = 0.1471, 0.3206, 0.3966, 0.4448
 
 
 def _main(argv: list[str]) -> int:
@@ -124,7 +127,7 @@ def test_tofu_on_the_gguf_equals_a_plain_forward_and_knows_paris(tier, plain_run
 @pytest.fixture(scope="module")
 def chat_run(tier):
     return _tofu(tier, "chat", str(tier["smollm"].folder), "--template", "chat",
-                 "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE")
+                 "--metrics", "forget_Q_A_Prob,forget_Q_A_ROUGE,wf_Q_A_Prob_normalised")
 
 
 def test_chat_template_adds_its_default_system_prompt_and_generation_stops_at_eos(tier, chat_run, plain_run):
@@ -312,17 +315,73 @@ def test_the_callback_evaluates_one_training_step_of_the_real_model(tier, plain_
     assert logged and logged[0]["evaldag/forget_Q_A_Prob"] == after
 
 
-def test_the_chatml_pad_eos_quirk_is_said_in_one_line_for_the_gguf_and_its_folder(tier, capsys):
+TAIL = ("the chat template writes '<|im_end|>\\n' after each answer and open-unlearning appends the eos: 3 template "
+        "tokens scored with every answer (--answer-only scores the answer's own tokens only)")
+MASK = ("the pad token <|im_end|> (pad = eos) is also written by the chat template at each turn's end, so the default "
+        "masking hides every <|im_end|> of the prompt from attention and changes scores; --attention-mask padding "
+        "masks only padding")
+
+
+def test_the_chatml_quirks_are_said_in_one_line_for_the_gguf_and_its_folder(tier, capsys):
     from evaldag.benchmarks import common
     from evaldag.engine.adapters.base import PromptTemplate
 
+    chat = PromptTemplate.chat()
     for model in (tier["smollm"].gguf, tier["smollm"].folder):
         capsys.readouterr()
-        common.check_model(str(model), common.ModelOptions(template=PromptTemplate.chat()))
-        assert capsys.readouterr().err == (
-            f"evaldag: warning: --model {model}: the pad token <|im_end|> (pad = eos) is also written by the chat "
-            "template at each turn's end, so the default masking hides every <|im_end|> of the prompt from attention "
-            "and changes scores; --attention-mask padding masks only padding (docs/gotchas.md)\n")
-        common.check_model(str(model), common.ModelOptions(template=PromptTemplate.chat(), attention_mask="padding"))
+        common.check_model(str(model), common.ModelOptions(template=chat))
+        assert capsys.readouterr().err == f"evaldag: warning: --model {model}: {TAIL}; and {MASK} (docs/gotchas.md)\n"
+        common.check_model(str(model), common.ModelOptions(template=chat, attention_mask="padding"))
+        assert capsys.readouterr().err == f"evaldag: warning: --model {model}: {TAIL} (docs/gotchas.md)\n"
+        common.check_model(str(model), common.ModelOptions(template=chat, answer_only=True))
+        assert capsys.readouterr().err == f"evaldag: warning: --model {model}: {MASK} (docs/gotchas.md)\n"
+        common.check_model(str(model), common.ModelOptions(template=chat, attention_mask="padding", answer_only=True))
         common.check_model(str(model), common.ModelOptions(template=PromptTemplate.plain()))
         assert capsys.readouterr().err == ""
+
+
+@pytest.fixture(scope="module")
+def answer_only_runs(tier, chat_run):
+    """The chat template scored open-unlearning's way (the default) and with ``--answer-only``."""
+    return chat_run, _tofu(tier, "chat-answer-only", str(tier["smollm"].folder), "--template", "chat", "--metrics",
+                           "forget_Q_A_Prob,wf_Q_A_Prob_normalised", "--answer-only")
+
+
+def test_answer_only_scores_the_answers_own_tokens_and_world_facts_follow_the_model(tier, answer_only_runs):
+    from evaldag.engine.adapters.base import PromptTemplate
+
+    default, answer = (_json(f / "TOFU_EVAL.json") for f in answer_only_runs)
+    enc = tier["smollm"].resource.encoder()
+    tok, pad = enc.tokenizer, enc.tokenizer.pad_token_id
+    # "Paris" is one token; open-unlearning averages it with <|im_end|>, "\n" and the appended <|im_end|>
+    q = "What is the capital of France?"
+    ids = enc.encode_qa(q, "Paris", PromptTemplate.chat()).continuation_ids
+    assert [tok.decode([i]) for i in ids] == ["Paris", "<|im_end|>", "\n", "<|im_end|>"]
+    assert enc.encode_qa(q, "Paris", PromptTemplate.chat(), answer_only=True).continuation_ids == ids[:1]
+    wf_d = default["wf_Q_A_Prob_normalised"]["value_by_index"]
+    wf_a = answer["wf_Q_A_Prob_normalised"]["value_by_index"]
+    # default: the template's tokens swamp the answer (the <|im_end|> after "Paris" alone costs -14.3, the
+    # reference masking hiding every <|im_end|> of the input); answer-only: the answer's own tokens, Paris's
+    # share more than doubles (open-unlearning's per-token mean still favours the 3-token "Marseille")
+    assert wf_d["0"]["prob"] == pytest.approx(WF_PARIS_DEFAULT, abs=1e-3)
+    assert wf_a["0"]["prob"] == pytest.approx(WF_PARIS_ANSWER_ONLY, abs=1e-3)
+    assert default["wf_Q_A_Prob_normalised"]["agg_value"] == pytest.approx(WF_DEFAULT, abs=1e-3)
+    assert answer["wf_Q_A_Prob_normalised"]["agg_value"] == pytest.approx(WF_ANSWER_ONLY, abs=1e-3)
+    # the forget row's loss is plain torch's mean NLL over exactly the answer's tokens
+    e = enc.encode_qa(q, FRANCE["answer"], PromptTemplate.chat(), answer_only=True)
+    assert tok.decode(list(e.continuation_ids)) == FRANCE["answer"]
+    got = answer["forget_Q_A_Prob"]["value_by_index"]["0"]["avg_loss"]
+    assert got == pytest.approx(_reference_loss(tier["smollm"].model, e, pad), abs=2e-5)
+    assert got < default["forget_Q_A_Prob"]["value_by_index"]["0"]["avg_loss"] - 0.1
+
+
+def test_the_default_system_prompt_the_template_added_is_named_in_run_json_and_the_report(answer_only_runs, plain_run):
+    smolm = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    for folder in answer_only_runs:
+        prov = _json(folder / "run.json")["provenance"]
+        assert prov["system_prompt_added"] == {"model": smolm}
+        assert prov["resources"]["model"]["chat_default_system_prompt"] == smolm
+        assert f"model: the chat template added its default system prompt to every prompt: <q>{smolm}</q>" in (
+            folder / "report.html").read_text()
+    plain = _json(plain_run / "run.json")["provenance"]  # no chat template: nothing added (the model's fact is kept)
+    assert "system_prompt_added" not in plain and plain["resources"]["model"]["chat_default_system_prompt"] == smolm

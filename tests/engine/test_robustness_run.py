@@ -79,3 +79,26 @@ def test_the_nf4_round_trip_scored_by_Q(tmp_path):
     assert d["attacks"]["quantize_nf4"]["kind"] == "quantize"
     m_b, m_a = 1 - plain["forget_truth_ratio"], 1 - after["forget_truth_ratio"]
     assert row["Q"]["value"] == pytest.approx(min(1.0, m_b / m_a), abs=1e-15) and after != plain
+
+
+def test_a_disjoint_relearn_is_compared_on_the_rows_it_scored(tmp_path):
+    """The disjoint relearn scores the half of the forget split it did not train on (its EVAL numbers
+    them 0..n-1): before and after are both taken on those rows, paired row by row; a metric with no
+    single stratum of items to pair is said not comparable instead of set against the whole split."""
+    proc = _tofu(tmp_path, "out", "--attack", "relearn:disjoint=true", "--limit", "8",
+                 "--metrics", "forget_Q_A_Prob,forget_truth_ratio,privleak")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    folder = out / "attacks" / "relearn_disjoint=true"
+    rows = json.loads((folder / "run.json").read_text())["provenance"]["resources"]["model"]["derived"]["transform"]["scored_indices"]
+    plain = json.loads((out / "TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]["value_by_index"]
+    attacked = json.loads((folder / "TOFU_EVAL.json").read_text())["forget_Q_A_Prob"]["value_by_index"]
+    assert len(rows) == len(attacked) == len(plain) // 2 and rows == sorted(set(rows))
+    d = json.loads((out / "ROBUSTNESS.json").read_text())["attacks"]["relearn_disjoint=true"]["metrics"]
+    p = d["TOFU/forget_Q_A_Prob"]
+    assert p["before"] == pytest.approx(sum(plain[str(i)]["prob"] for i in rows) / len(rows), abs=1e-12)
+    assert p["after"] == pytest.approx(sum(v["prob"] for v in attacked.values()) / len(attacked), abs=1e-12)
+    assert p["before_all_items"] == pytest.approx(sum(v["prob"] for v in plain.values()) / len(plain), abs=1e-12)
+    assert p["change"]["n_items"] == {"items": len(rows)} and "unpaired_items" in p["change"]
+    leak = d["TOFU/privleak"]
+    assert leak["before"] is None and leak["change"]["verdict"].startswith("not comparable")

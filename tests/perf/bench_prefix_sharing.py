@@ -46,6 +46,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tofu_scale import FIX, SMALL, random_llama, write_data  # noqa: E402 - after sys.path
+from drift import numbers  # noqa: E402
 
 
 def metric_drift(reqs, got, shared, groups) -> str:
@@ -64,17 +65,6 @@ def metric_drift(reqs, got, shared, groups) -> str:
             tr = max(tr, abs(ratio[0] - ratio[1]) / max(ratio))
         at += n
     return f"largest relative change: probability {prob:.1e}, truth ratio {tr:.1e} (golden tolerance 2e-5)"
-
-
-def _numbers(x, path=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _numbers(v, f"{path}/{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _numbers(v, f"{path}/{i}")
-    elif isinstance(x, (int, float)) and not isinstance(x, bool):
-        yield path, float(x)
 
 
 def tofu_run(folder: Path, limit: str, template: str) -> None:
@@ -103,7 +93,7 @@ def tofu_run(folder: Path, limit: str, template: str) -> None:
         print(f"  served: {[k.get('token_stats') for k in got['on'][4]['executor'].get('served', {}).values()]}")
         ev_off, ev_on, sm_off, sm_on = got["off"][2], got["on"][2], got["off"][3], got["on"][3]
         for metric in sorted(ev_off):
-            a, b = dict(_numbers(ev_off[metric])), dict(_numbers(ev_on[metric]))
+            a, b = numbers(ev_off[metric]), numbers(ev_on[metric])
             rel = max((abs(a[k] - b[k]) / max(abs(a[k]), abs(b[k])) for k in a if k in b and a[k] != b[k]), default=0.0)
             s_off, s_on = sm_off.get(metric), sm_on.get(metric)
             srel = (abs(s_off - s_on) / max(abs(s_off), abs(s_on))

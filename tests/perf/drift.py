@@ -32,6 +32,11 @@ def leaves(x, path=""):
         yield path, x
 
 
+def numbers(x, kinds=(int, float)) -> dict[str, float]:
+    """Every numeric leaf of an EVAL-like tree by its path (booleans are not numbers here)."""
+    return {p: float(v) for p, v in leaves(x) if isinstance(v, kinds) and not isinstance(v, bool)}
+
+
 def compare(a: dict, b: dict) -> tuple[int, int, float, set]:
     """(values, values that differ, largest relative difference, metrics with a difference)."""
     la, lb = dict(leaves(a)), dict(leaves(b))
