@@ -176,8 +176,8 @@ class Cache:
         """Let go of the request index's database (its write-ahead log is checkpointed and removed):
         a run started from Python leaves the folder as a finished command-line run does. Reopened
         on the next use."""
-        for store in (self.requests, self.requests.under):
-            if store is not None:
+        for store in (self.requests, getattr(self.requests, "under", None)):
+            if hasattr(store, "close"):  # a torchrun rank other than 0 holds a read-only view with nothing open
                 store.close()
 
     def clear(self) -> tuple[int, list[Path]]:
