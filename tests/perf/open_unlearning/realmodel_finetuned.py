@@ -117,7 +117,7 @@ def train(model, tok, data: list[dict], steps: int, lr: float, batch: int, ascen
 
 def save(model, tok, folder: Path) -> None:
     """transformers 5's checkpoint plus the two additions open-unlearning's transformers 4.45 needs."""
-    from evaldag.engine.adapters.hf_gguf import as_checkpoint
+    from evaldag.engine.adapters.hf.hf_gguf import as_checkpoint
 
     if folder.exists():
         shutil.rmtree(folder)
