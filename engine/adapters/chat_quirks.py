@@ -101,7 +101,8 @@ def quirk_text(f: ChatFacts | None) -> str | None:
     if f is None or not f.tail:
         return None
     eos = " and open-unlearning appends the eos" if f.eos_appended else ""
-    n = f"{f.tail_tokens} template tokens" if f.tail_tokens is not None else "template tokens"
+    n = ("template tokens" if f.tail_tokens is None
+         else f"{f.tail_tokens} template token{'' if f.tail_tokens == 1 else 's'}")
     return (f"the chat template writes {f.tail!r} after each answer{eos}: {n} scored with every answer "
             "(--answer-only scores the answer's own tokens only)")
 

@@ -155,7 +155,9 @@ def test_a_pad_eos_the_chat_template_writes_gets_the_same_one_warning_under_the_
     err = capsys.readouterr().err
     assert code == 0, err
     assert [x for x in err.splitlines() if "warning" in x] == [
-        f"evaldag: warning: --model {model}: the pad token <|eot_id|> (pad = eos) is also written by the chat template "
+        f"evaldag: warning: --model {model}: the chat template writes '<|eot_id|>' after each answer: 1 template token "
+        "scored with every answer (--answer-only scores the answer's own tokens only); "
+        "and the pad token <|eot_id|> (pad = eos) is also written by the chat template "
         "at each turn's end, so the default masking hides every <|eot_id|> of the prompt from attention and changes "
         "scores; --attention-mask padding masks only padding (docs/gotchas.md)"], err
     code = run(tmp_path, "--model", str(model), "--data", str(DATA), "--metrics", "forget_Q_A_Prob", "--quiet")

@@ -109,7 +109,9 @@ def test_a_runaway_body_never_sits_in_memory_whole(tmp_path):
     assert failed_line(r).endswith("the answer is larger than 32 MB (max_body_mb), refused; a larger cap: "
                                    "--model-arg max_body_mb=N")
     rss = int(r.stderr.rsplit("maxrss_mb", 1)[1].split()[0])
-    assert rss < 700, rss  # an ordinary run of this command: about 330 MB
+    # an ordinary run of this command: about 330 MB; this one 435 MB alone and 709 MB inside a loaded two-worker
+    # suite (more refused reads in flight at once); a body held whole would take about 1.9 GB for these 200 MB
+    assert rss < 1000, rss
 
 
 @pytest.mark.parametrize("arg,says", [
