@@ -38,7 +38,8 @@ def main() -> None:
     deepspeed.init_distributed(dist_backend="gloo")  # before the model: DeepSpeed's config then sees 2 ranks
     trainer = make_trainer(out, steps=4, save_steps=2, deepspeed=ZERO3)
     cb = EvaldagCallback.for_trainer(trainer, "tofu", on_save=True, cache_dir=cache,
-                                     **{**OPTIONS, "metrics": ["forget_Q_A_Prob", "forget_Q_A_ROUGE", "forget_quality"]})
+                                     **{**OPTIONS, "metrics": ["forget_Q_A_Prob", "forget_Q_A_ROUGE", "forget_quality"],
+                                        "prefix_sharing": "off"})  # as the CLI runs it is held to
     trainer.train()
     emb = trainer.model.get_input_embeddings().weight
     print(json.dumps({"rank": dist.get_rank(), "sharded": cb._sharded, "partitioned": list(emb.shape) == [0],
