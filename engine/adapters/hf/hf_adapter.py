@@ -310,13 +310,7 @@ class HFAdapter(ModelAdapter):
             lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
         else:
             lp = am = mu = var = np.zeros(0, dtype=np.float32)
-        out, at = [], 0
-        for r in reqs:
-            s = slice(at, at + len(r.continuation_ids))
-            at = s.stop
-            out.append(TokenStatsResult(lp[s].astype(np.float32), am[s].astype(np.int32),
-                                        mu[s].astype(np.float32), var[s].astype(np.float32)))
-        return out
+        return hf_prefix.per_request(reqs, lp, am, mu, var)
 
     def _generate(self, reqs: list[Generate]) -> list[GenerateResult]:
         """Generation with settings per sequence; see hf_generation for the two paths.

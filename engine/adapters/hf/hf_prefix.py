@@ -152,6 +152,12 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
     forwarded = len(ctx) * wc + (len(reqs) * wa if wa > 0 else 0)
     adapter.record_tokens(forwarded_real, forwarded)
     adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
+    return per_request(reqs, lp, am, mu, var)
+
+
+def per_request(reqs: Sequence[TokenStats], lp: Any, am: Any, mu: Any, var: Any) -> list[TokenStatsResult]:
+    """The batch's concatenated per-token arrays cut back into one result per request, in order
+    (each request's continuation length; float32 statistics, int32 argmax)."""
     results, done = [], 0
     for r in reqs:
         s = slice(done, done + len(r.continuation_ids))
