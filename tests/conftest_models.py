@@ -95,3 +95,19 @@ class CountingModel:
 
     def describe(self) -> dict:
         return self.inner.describe()
+
+
+def nudged_checkpoint(dest: Path, factor: float) -> Path:
+    """A copy of the tiny target with one MLP weight scaled by ``factor``: another checkpoint, another
+    fingerprint, other numbers (sweeps, shards and the session tests need several)."""
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY_LLAMA / "target", dest)
+    weights = load_file(str(dest / "model.safetensors"))
+    name = sorted(k for k in weights if k.endswith("mlp.down_proj.weight"))[0]
+    weights[name] = (weights[name] * np.float32(factor)).astype(weights[name].dtype)
+    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return dest

@@ -4,17 +4,15 @@ sweep, and the Trainer callback's evaluation (`session.py`, `session_sweep.py`, 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from evaldag.engine.registry import BENCHMARKS
 from evaldag.engine.session import Event, RunOptions, run_benchmarks
 from evaldag.engine.session_sweep import SweepOptions, run_sweep
+from tests.conftest_models import nudged_checkpoint
 
 FIX = Path(__file__).parents[1] / "fixtures"
 TINY = FIX / "tiny-llama"
@@ -25,22 +23,12 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _nudged(dest: Path, factor: float) -> Path:
-    """A copy of the tiny target with one MLP weight scaled: another checkpoint, other numbers."""
-    shutil.copytree(TINY / "target", dest)
-    weights = load_file(str(dest / "model.safetensors"))
-    name = sorted(k for k in weights if k.endswith("mlp.down_proj.weight"))[0]
-    weights[name] = (weights[name] * np.float32(factor)).astype(weights[name].dtype)
-    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
-    return dest
-
-
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("session")
     tofu = BENCHMARKS.get("tofu")
     cfg = tofu.Config(data=str(FIX / "tofu_tiny"), model=str(TINY / "target"), metrics=METRICS)
-    models = (str(TINY / "target"), str(_nudged(root / "nudged", 0.5)), str(_nudged(root / "halved", 0.25)))
+    models = (str(TINY / "target"), str(nudged_checkpoint(root / "nudged", 0.5)), str(nudged_checkpoint(root / "halved", 0.25)))
     return root, tofu, cfg, models
 
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from evaldag.engine import Cache, cli, run
 from evaldag.engine.adapters.toy import ToyModel
@@ -25,6 +22,7 @@ from evaldag.engine.sweep_plan import folder_names, take_shard
 from evaldag.engine.executor import Executor
 from evaldag.engine.requests import TokenStats
 from evaldag.benchmarks import toy
+from tests.conftest_models import nudged_checkpoint
 
 FIX = Path(__file__).parents[1] / "fixtures"
 TINY = FIX / "tiny-llama"
@@ -101,15 +99,6 @@ def test_shard_bad_input_is_one_line(tmp_path, capsys):
     assert take_shard(models[:1], (1, 2)) == ([], [])
 
 
-def _nudged(dest: Path, factor: float) -> Path:
-    shutil.copytree(TINY / "target", dest)
-    weights = load_file(str(dest / "model.safetensors"))
-    name = sorted(k for k in weights if k.endswith("mlp.down_proj.weight"))[0]
-    weights[name] = (weights[name] * np.float32(factor)).astype(weights[name].dtype)
-    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
-    return dest
-
-
 def _nodes(out: Path) -> dict:
     return json.loads((out / "run.json").read_text())
 
@@ -120,7 +109,7 @@ def test_shards_started_at_once_with_sigkills_then_a_plain_run_is_fully_warm(tmp
     SIGKILL as soon as the first answers are stored; a shard whose index another live process holds
     is warned about. Then the plain sweep over every checkpoint forwards nothing and computes no
     node, and its outputs are byte-identical to the shards'."""
-    ckpts = [str(TINY / "target"), str(_nudged(tmp_path / "nudged", 1.01))]
+    ckpts = [str(TINY / "target"), str(nudged_checkpoint(tmp_path / "nudged", 1.01))]
     cache = tmp_path / "cache"
     models = [a for c in ckpts for a in ("--model", c)]
     cmd = [sys.executable, "-m", "evaldag.engine.cli", *ARGS, *models, "--cache-dir", str(cache)]

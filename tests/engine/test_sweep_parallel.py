@@ -9,12 +9,9 @@ are byte-identical to a one-process sweep.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from evaldag.engine import cli
 from evaldag.engine.adapters.hf import HFModel
@@ -23,6 +20,7 @@ from evaldag.engine.distributed.checkpoints import assign, choose_mode
 from ..servers import free_port
 from .test_distributed import _ranks
 from .test_sweep import ARGS, TINY
+from tests.conftest_models import nudged_checkpoint
 
 
 def _run_json(folder: Path) -> dict:
@@ -45,22 +43,12 @@ def test_auto_chooses_by_checkpoints_against_ranks_and_deals_the_largest_first(t
     assert got == [[str(tmp_path / "big"), str(tmp_path / "tiny")], [str(tmp_path / "mid"), str(tmp_path / "small")]]
 
 
-def _nudged(dest: Path, factor: float) -> Path:
-    """The target checkpoint with one weight scaled by ``factor``: another model, another fingerprint."""
-    shutil.copytree(TINY / "target", dest)
-    weights = load_file(str(dest / "model.safetensors"))
-    name = sorted(k for k in weights if k.endswith("mlp.down_proj.weight"))[0]
-    weights[name] = (weights[name] * np.float32(factor)).astype(weights[name].dtype)
-    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
-    return dest
-
-
 @pytest.mark.slow
 def test_two_ranks_with_whole_checkpoints_give_the_one_process_sweep(tmp_path):
     """3 checkpoints on 2 ranks (auto -> checkpoints). The request-sharded mode's equality with
     one process is test_distributed.py's; here each checkpoint must be loaded by one rank only."""
     names = ["target", "up", "down"]
-    models = [TINY / "target", _nudged(tmp_path / "up", 1.02), _nudged(tmp_path / "down", 0.98)]
+    models = [TINY / "target", nudged_checkpoint(tmp_path / "up", 1.02), nudged_checkpoint(tmp_path / "down", 0.98)]
     flags = [f for m in models for f in ("--model", str(m))]
     ref = tmp_path / "ref"
     assert cli.main([*ARGS, *flags, "--out", str(ref), "--cache-dir", str(tmp_path / "c0")]) == 0
