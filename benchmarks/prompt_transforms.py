@@ -103,12 +103,26 @@ def get(name: str) -> PromptTransform:
     return known[name]
 
 
+def split_spec(entry: str) -> tuple[str, tuple[str, ...] | None]:
+    """``jailbreak_prefix:retain+wf`` -> ("jailbreak_prefix", ("retain", "wf")); no ``:``: every question split (None)."""
+    name, _, splits = entry.partition(":")
+    return name.strip(), (tuple(dict.fromkeys(s.strip() for s in splits.split("+") if s.strip())) if _ else None)
+
+
 def parse(text: str | None) -> tuple[str, ...]:
-    """``--prompt-transform a,b`` -> ("a", "b"), each checked now (before any model loads)."""
-    names = tuple(dict.fromkeys(w.strip() for w in (text or "").split(",") if w.strip()))
-    for n in names:
-        get(n)
-    return names
+    """``--prompt-transform a,b:forget+retain`` -> ("a", "b:forget+retain"), each name checked now (before any
+    model loads); the splits are the benchmark's to check (its catalogue knows its question splits)."""
+    entries = tuple(dict.fromkeys(w.strip() for w in (text or "").split(",") if w.strip()))
+    seen: set[str] = set()
+    for entry in entries:
+        name, splits = split_spec(entry)
+        get(name)
+        if splits == ():
+            raise ValueError(f"--prompt-transform {entry}: no split after ':' (NAME:SPLIT[+SPLIT])")
+        if name in seen:
+            raise ValueError(f"--prompt-transform: {name} given twice; name its splits once (NAME:SPLIT+SPLIT)")
+        seen.add(name)
+    return entries
 
 
 def derived_rows(rows: Rows, name: str, question_key: str = "question") -> Rows:
@@ -123,8 +137,8 @@ def resource_name(split: str, name: str) -> str:
 
 
 class PromptTransformOptions(BaseModel):
-    """A benchmark config's ``prompt_transforms``: each gives the benchmark's question split a
-    derived copy, and the benchmark's generation metric on it (TOFU: ``forget_Q_A_ROUGE_<name>``)."""
+    """A benchmark config's ``prompt_transforms`` (``NAME`` or ``NAME:SPLIT+SPLIT``): each gives the question
+    splits a derived copy, and every selected generation metric on them (TOFU: ``retain_Q_A_ROUGE_<name>``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -139,7 +153,9 @@ class PromptTransformOptions(BaseModel):
 
 def add_prompt_transform_argument(p: Any, what: str) -> None:
     """Each benchmark that takes it declares it; one meaning (``engine/option_owners.py``)."""
-    add_shared(p, "--prompt-transform", default=None, metavar="NAME[,NAME]",
-                   help=f"prompt-level attacks, each a derived dataset of the questions ({what}): jailbreak_prefix "
+    add_shared(p, "--prompt-transform", default=None, metavar="NAME[:SPLIT+SPLIT][,NAME...]",
+                   help=f"prompt-level attacks, each a derived dataset of the questions, on which every generation metric "
+                        f"the run selects is repeated as <metric>_<NAME> ({what}): jailbreak_prefix "
                         "(Jailbreak-ROUGE), affirmative_suffix, in_context, paraphrase_template, filler, or an "
-                        "evaldag.prompt_transforms plugin (docs/prompt-transforms.md)")
+                        "evaldag.prompt_transforms plugin; :SPLIT+SPLIT limits it to those question splits "
+                        "(docs/prompt-transforms.md)")

@@ -21,26 +21,23 @@ from ...metrics.unlearning.mia import mia_gradnorm, mia_loss, mia_min_k, mia_min
 from ...metrics.unlearning.privleak import privleak_node
 from ...metrics.unlearning.rouge import MUSE_STOPWORDS, rouge
 from ...metrics.unlearning.scoring import completion_generations, completion_stats, grad_norms, qa_generations
-from ..prompt_transforms import resource_name
 from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, MuseConfig
 
 GROUP = "MUSE"
-TRANSFORMED_SPLIT = "muse_knowmem_forget_qa"  # the split --prompt-transform derives
 
 
 class _Catalogue(Catalogue):
     GROUP = GROUP
     MIA_ROWS = ("muse_privleak_forget", "muse_privleak_holdout", "text")
-    TRANSFORMED_METRIC = "forget_knowmem_ROUGE"
+    #: verbmem is not one: its rows are passages to continue (a prefill or a rewritten question has no place there)
+    QUESTION_SPLITS = {"knowmem_forget": "muse_knowmem_forget_qa", "knowmem_retain": "muse_knowmem_retain_qa"}
     ROUGE_FIELD = "rougeL_f1"
 
     def _declare(self) -> None:
         c, r = self.cfg, self.recipes
         for side, icl in (("forget", c.forget_icl), ("retain", c.retain_icl)):
             r[f"{side}_knowmem_ROUGE"] = lambda side=side, icl=icl: self._knowmem(side, icl)
-        for name, metric in zip(c.prompt_transforms, self.transformed_names()):  # on each derived knowmem forget set
-            r[metric] = lambda name=name: self._knowmem("forget", c.forget_icl, resource_name(TRANSFORMED_SPLIT, name))
         r["forget_verbmem_ROUGE"] = self._verbmem
         verbmem = lambda: completion_stats(prefix_key="prompt", text_key="gt", insert_space=True, bind={"data": "muse_verbmem_forget"})  # noqa: E731
         r["extraction_strength"] = lambda: extraction_strength_node(parents={"stats": verbmem()})
@@ -67,9 +64,9 @@ class _Catalogue(Catalogue):
             class_id=c.classifier_class_id, max_length=c.classifier_max_length or 512,
             parents={"text": self["forget_verbmem_ROUGE"]})
 
-    def _knowmem(self, side: str, icl: tuple[tuple[str, str], ...], split: str | None = None) -> Node:
+    def _knowmem(self, side: str, icl: tuple[tuple[str, str], ...]) -> Node:
         c = self.cfg
-        data = {"data": split or f"muse_knowmem_{side}_qa"}
+        data = {"data": f"muse_knowmem_{side}_qa"}
         gen = qa_generations(template=c.template, max_new_tokens=c.knowmem_new_tokens, stop_strings=MUSE_STOPWORDS, fewshot=icl, bind=data)
         return rouge(field="answer", rouge_type="rougeL_f1", stopwords=MUSE_STOPWORDS, template=c.template, fewshot=icl, parents={"gen": gen}, bind=data)
 
@@ -99,5 +96,5 @@ def interval_kind(name: str) -> str | None:
     return _Catalogue(MuseConfig()).interval_kind(name)
 
 
-#: the metric a prompt transform repeats on its derived questions (``<name>_<transform>``)
-TRANSFORMED_METRIC = _Catalogue.TRANSFORMED_METRIC
+#: the catalogue (``UnlearningBenchmark`` reads its prompt transforms' derived splits and metrics from it)
+CATALOGUE = _Catalogue

@@ -26,12 +26,10 @@ from ...metrics.unlearning.rouge import rouge
 from ...metrics.unlearning.scoring import grad_norms, qa_generations, qa_stats
 from ...metrics.unlearning.truth_ratio import truth_ratio
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS, model_utility_node
-from ..prompt_transforms import resource_name
 from ..unlearning.catalogue import Catalogue
 from .config import DEFAULT_METRICS, MIA_METRICS, TofuConfig
 
 GROUP = "TOFU"
-TRANSFORMED_SPLIT = "tofu_forget"  # the split --prompt-transform derives
 
 SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "wf": "world_facts"}
 
@@ -39,7 +37,7 @@ SPLIT_PREFIX = {"forget": "forget", "retain": "retain", "ra": "real_authors", "w
 class _Catalogue(Catalogue):
     GROUP = GROUP
     MIA_ROWS = ("tofu_forget", "tofu_holdout", "answer")
-    TRANSFORMED_METRIC = "forget_Q_A_ROUGE"
+    QUESTION_SPLITS = {pre: f"tofu_{pre}" for pre in SPLIT_PREFIX}
 
     # ---------------------------------------------------------------- scorers
     def stats(self, split: str, field: str) -> Node:
@@ -69,8 +67,6 @@ class _Catalogue(Catalogue):
         r["ra_Truth_Ratio"] = lambda: self._truth_ratio("ra", "ra_Q_A_Prob", "true_better")
         r["wf_Truth_Ratio"] = lambda: self._truth_ratio("wf", "wf_Q_A_Prob", "true_better")
         r["forget_Q_A_PARA_ROUGE"] = lambda: self._rouge("forget", "paraphrased_answer")
-        for name, metric in zip(self.cfg.prompt_transforms, self.transformed_names()):  # on each derived forget set
-            r[metric] = lambda name=name: self._rouge(resource_name("forget", name), "answer")
         r["forget_Q_A_PERT_ROUGE"] = lambda: self._rouge("forget", "perturbed_answer")
         r["model_utility"] = lambda: model_utility_node(parents={p: self[p] for p in MODEL_UTILITY_PARTS})
         r["extraction_strength"] = lambda: extraction_strength_node(parents={"stats": self.stats("forget", "answer")})
@@ -119,7 +115,8 @@ def token_stats_metrics() -> tuple[str, ...]:
 
 
 def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: TofuConfig = TofuConfig()) -> list[Node]:
-    """The named top-level nodes for ``metrics`` (their parents come along), and one ROUGE per prompt transform."""
+    """The named top-level nodes for ``metrics`` (their parents come along), and each selected generation
+    metric again on each prompt transform's derived splits (``<metric>_<transform>``)."""
     return _Catalogue.build(metrics, cfg)
 
 
@@ -128,5 +125,5 @@ def interval_kind(name: str) -> str | None:
     return _Catalogue(TofuConfig()).interval_kind(name)
 
 
-#: the metric a prompt transform repeats on its derived questions (``<name>_<transform>``)
-TRANSFORMED_METRIC = _Catalogue.TRANSFORMED_METRIC
+#: the catalogue (``UnlearningBenchmark`` reads its prompt transforms' derived splits and metrics from it)
+CATALOGUE = _Catalogue

@@ -24,7 +24,7 @@ from ...metrics.editing.quantization import check_quantize_extra, nf4_changed_fr
 from ...metrics.unlearning.blind_mia import SKLEARN_EXTRA, sklearn_missing
 from .. import common
 from ..base_model import add_base_model_argument, base_model_resource, check_weights_readable
-from ..prompt_transforms import add_prompt_transform_argument, derived_rows, parse, resource_name
+from ..prompt_transforms import add_prompt_transform_argument, derived_rows, parse
 from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
@@ -67,8 +67,7 @@ class UnlearningBenchmark(Benchmark):
         add_bootstrap_arguments(p, "TOFU, MUSE: each metric's interval in <BENCH>_INTERVALS_EVAL.json")
         add_shared(p, "--summary-intervals", action="store_true",
                    help="TOFU, MUSE: with --bootstrap-resamples, the intervals also in <BENCH>_SUMMARY.json (\"intervals\")")
-        add_prompt_transform_argument(p, "TOFU: forget_Q_A_ROUGE_<NAME> on the forget questions; "
-                                         "MUSE: forget_knowmem_ROUGE_<NAME> on the knowmem forget questions")
+        add_prompt_transform_argument(p, "TOFU splits: forget, retain, ra, wf; MUSE: knowmem_forget, knowmem_retain")
         self.add_own_arguments(p)
 
     def add_own_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -136,9 +135,7 @@ class UnlearningBenchmark(Benchmark):
                   f"({SKLEARN_EXTRA})", file=sys.stderr)
             cfg = cfg.model_copy(update={"mia_blind_baseline": False})
         resources = self.data_resources(cfg)
-        for name in cfg.prompt_transforms:  # derived datasets: the question split's questions rewritten
-            split = self.spec.TRANSFORMED_SPLIT
-            resources[resource_name(split, name)] = derived_rows(resources[split], name)
+        self._derive_transformed(cfg, resources)
         # the run's prompt template (--template / --template-args), for a user's scorer to encode
         # with as the built-in scorers do: needs=("model", "data", "template")
         resources["template"] = Value(cfg.template, source="--template")
@@ -158,6 +155,17 @@ class UnlearningBenchmark(Benchmark):
             resources["reference_model"] = common.hf_model(cfg.retain_model, cfg, "--retain-model")
         self._warn_tokenizers(cfg)
         return self.spec.nodes(cfg.metrics, self.graph_config(cfg)) + self.weight_nodes(cfg), resources
+
+    def _derive_transformed(self, cfg: Any, resources: dict[str, Any]) -> None:
+        """Each prompt transform's derived splits (the questions rewritten; lazy, read only if a metric
+        reads them), and a note for each selected generation metric a transform cannot rewrite."""
+        cat = self.spec.CATALOGUE(cfg)
+        for name, derived in cat.transforms.items():
+            for split, copy in derived.items():
+                resources[copy] = derived_rows(resources[split], name)
+        for entry, metric, splits in cat.not_repeated(cfg.metrics):
+            print(f"evaldag: note: {self.group}: --prompt-transform {entry} does not repeat {metric}: its rows "
+                  f"({', '.join(splits)}) are passages to continue, not questions", file=sys.stderr)
 
     def added_config(self, path: Any, cfg: Any, resources: dict[str, Any], added: dict[str, Node]) -> Any:
         """``--add-metric FILE.yaml``: an open-unlearning metric config whose ``# @package
@@ -237,9 +245,10 @@ class UnlearningBenchmark(Benchmark):
         such metric."""
         from ...engine.knowledge import of_node
 
-        transformed = self.spec.TRANSFORMED_METRIC
-        if transformed and name.startswith(transformed + "_") and name not in self.spec.metric_names():
-            name = transformed  # on a prompt-transformed set (Jailbreak-ROUGE): the metric's own form
+        from ..prompt_transforms import available
+
+        if name not in self.spec.metric_names():  # on a prompt-transformed set (Jailbreak-ROUGE): its parent's form
+            name = self.spec.CATALOGUE(self.Config(prompt_transforms=tuple(available()))).parent_of(name) or name
         if name not in self.spec.metric_names():
             return None
         return of_node(self.spec.nodes((name,))[0])

@@ -22,6 +22,9 @@ from evaldag.engine.registry import BENCHMARKS
     ("tofu", "privleak", "-0.01 * x", False, -60.0, 0.6),        # signed: negative privleak is knowledge
     ("tofu", "forget_Q_A_ROUGE_jailbreak_prefix", "x", True, 0.5, 0.5),  # Jailbreak-ROUGE: ROUGE's own form
     ("muse", "forget_knowmem_ROUGE_paraphrase_template", "x", True, 0.4, 0.4),
+    ("tofu", "retain_Q_A_ROUGE_filler", "x", True, 0.6, 0.6),    # every repeated generation metric: its parent's form
+    ("tofu", "wf_Q_A_ROUGE_jailbreak_prefix", "x", True, 0.3, 0.3),
+    ("muse", "retain_knowmem_ROUGE_in_context", "x", True, 0.2, 0.2),
     ("muse", "forget_verbmem_ROUGE", "x", True, 0.3, 0.3),
     ("muse", "privleak", "-0.01 * x", False, 20.0, -0.2),
 ])
@@ -37,7 +40,9 @@ def test_metrics_without_a_form_and_bad_values():
     assert tofu.knowledge("model_utility") is None          # utility, not knowledge of the forget set
     assert tofu.knowledge("forget_Q_A_gibberish") is None
     assert tofu.knowledge("no_such_metric") is None
-    assert tofu.knowledge("forget_Q_A_Prob_jailbreak_prefix") is None  # only the transformed metric takes a suffix
+    assert tofu.knowledge("forget_Q_A_Prob_jailbreak_prefix") is None  # only a repeated generation metric takes a suffix
+    assert tofu.knowledge("model_utility_filler") is None and tofu.knowledge("forget_Q_A_ROUGE_nope") is None
+    assert BENCHMARKS.get("muse").knowledge("forget_verbmem_ROUGE_filler") is None  # verbmem is not repeated
     k = tofu.knowledge("forget_Q_A_Prob")
     assert k(None) is None and k(math.nan) is None and k(True) is None
     assert tofu.knowledge("forget_quality")(0.0) is None     # -log10(0) is not a number: missing, not inf
