@@ -14,8 +14,17 @@ characters and words, a logistic regression (scikit-learn, ``evaldag[sklearn]``)
 out of fold by stratified k-fold cross-validation, shuffled with ``seed``: each row's
 probability of being a non-member comes from a model fitted without it. The AUC is
 oriented as open-unlearning's MIA AUCs: non-members (holdout) are the positive class,
-so both read "how well the sides separate" the same way, 0.5 being chance. An MIA
-*beats* its baseline when its AUC is strictly greater.
+so both read "how well the sides separate" the same way, 0.5 being chance.
+
+An MIA *beats* its baseline (:func:`beats`) when its AUC, in that fixed orientation, is
+strictly greater than the baseline's and than 0.5. Strictly: a tie is not evidence that
+the model adds anything to what the text alone gives away. Above 0.5: an AUC below chance
+means the attack scores members as *less* member-like than non-members -- the direction is
+not membership's (after unlearning it is the over-unlearning that privleak measures), and
+flipping it to 1 - AUC would choose the direction from the data, which the meta-evaluation
+forbids as well (its faithfulness direction is fixed in advance). So a below-chance
+baseline (a cross-validated classifier can land there by chance on small splits) does not
+let a below-chance attack "beat" it.
 """
 
 from __future__ import annotations
@@ -40,6 +49,14 @@ def sklearn_missing() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("sklearn") is None
+
+
+def beats(mia_auc: float | None, blind_auc: float) -> bool:
+    """Whether an MIA of AUC ``mia_auc`` beats a blind baseline of AUC ``blind_auc`` (both oriented
+    non-members positive): strictly above the baseline and above chance; a missing AUC never does."""
+    if mia_auc is None or np.isnan(mia_auc):
+        return False
+    return bool(mia_auc > blind_auc and mia_auc > 0.5)
 
 
 def _texts(rows: list[dict], key: str, side: str) -> list[str]:
@@ -84,7 +101,7 @@ def blind_scores(members: list[str], nonmembers: list[str], features: str = "bow
     return scores, labels, k
 
 
-@metric("mia_blind_baseline", version="1", params=BlindParams, needs=("members", "nonmembers"))
+@metric("mia_blind_baseline", version="2", params=BlindParams, needs=("members", "nonmembers"))
 def mia_blind_baseline(members: list[dict], nonmembers: list[dict], params: BlindParams, **mias: Result) -> Result:
     """The blind classifier's AUC; each MIA parent's AUC beside it and whether it beats it."""
     if sklearn_missing():
@@ -95,7 +112,7 @@ def mia_blind_baseline(members: list[dict], nonmembers: list[dict], params: Blin
                                      params.features, params.folds, params.seed)
     value = float(roc_auc_score(labels, scores))
     aucs = {name: r.agg_value for name, r in sorted(mias.items())}
-    beaten = [n for n, a in aucs.items() if a is not None and not np.isnan(a) and a > value]
+    beaten = [n for n, a in aucs.items() if beats(a, value)]
     extra = {"features": params.features, "folds": k, "seed": params.seed, "members": int((labels == 0).sum()),
              "nonmembers": int((labels == 1).sum())}
     if aucs:

@@ -89,3 +89,58 @@ def test_without_sklearn_it_is_a_stated_skip(tmp_path, cache_dir, monkeypatch):
     assert r.returncode == 0, r.stderr
     assert "evaldag: note: TOFU: mia_blind_baseline skipped: scikit-learn is not installed (pip install 'evaldag[sklearn]')" in r.stderr
     assert set(json.loads((tmp_path / "o" / "TOFU_EVAL.json").read_text())) == {"mia_loss"}
+
+
+def _hand_pipeline(members: list[str], nonmembers: list[str], seed: int) -> float:
+    """The documented classifier written out with scikit-learn alone: word 1-2-gram counts and the
+    length in characters and words (standardised on the training fold), a logistic regression,
+    out-of-fold scores from a shuffled stratified 5-fold, AUC with non-members positive."""
+    from scipy.sparse import csr_matrix, hstack
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    texts, y = members + nonmembers, np.array([0] * len(members) + [1] * len(nonmembers))
+    size = np.array([[len(t), len(t.split())] for t in texts], dtype=float)
+    p = np.empty(len(texts))
+    for tr, te in StratifiedKFold(5, shuffle=True, random_state=seed).split(texts, y):
+        bow = CountVectorizer(ngram_range=(1, 2)).fit([texts[i] for i in tr])
+        mu, sd = size[tr].mean(0), size[tr].std(0)
+        sd[sd == 0] = 1.0
+        x = lambda idx: hstack([bow.transform([texts[i] for i in idx]), csr_matrix((size[idx] - mu) / sd)]).tocsr()  # noqa: E731
+        p[te] = LogisticRegression(max_iter=1000, random_state=seed).fit(x(tr), y[tr]).predict_proba(x(te))[:, 1]
+    return float(roc_auc_score(y, p))
+
+
+def test_muse_blind_baseline_equals_a_hand_run_pipeline_on_the_privleak_rows(tmp_path, cache_dir):
+    """MUSE: the privleak forget (members) and holdout (non-members) texts, --limit 12, --seed 4."""
+    muse = ROOT / "tests" / "fixtures" / "muse_tiny"
+    r = run_cli(["run", "muse", "--model", TINY / "target", "--data", muse, "--metrics", "mia_loss,mia_zlib,privleak",
+                 "--mia-blind-baseline", "--limit", "12", "--seed", "4", "--cache-dir", cache_dir, "--quiet", "--out", tmp_path / "m"])
+    assert r.returncode == 0, r.stderr
+    evals = json.loads((tmp_path / "m" / "MUSE_EVAL.json").read_text())
+    b = evals["mia_blind_baseline"]
+    read = lambda f: [json.loads(line)["text"] for line in (muse / f).read_text().splitlines()[:12]]  # noqa: E731
+    members, nonmembers = read("privleak_forget.json"), read("privleak_holdout.json")
+    want = _hand_pipeline(members, nonmembers, seed=4)
+    assert b["agg_value"] == want  # exact: the same pipeline, the same folds
+    assert (b["members"], b["nonmembers"], b["folds"], b["seed"], b["features"]) == (12, 12, 5, 4, "bow+length")
+    assert b["mia_auc"] == {m: evals[m]["agg_value"] for m in ("mia_loss", "mia_zlib")}  # privleak is no MIA parent
+    assert b["beaten_by"] == [m for m in ("mia_loss", "mia_zlib") if evals[m]["agg_value"] > max(want, 0.5)]
+    assert _hand_pipeline(members, nonmembers, seed=5) != want  # the seed matters: it is recorded, not implied
+
+
+@pytest.mark.parametrize("mia,blind,verdict", [
+    (0.7, 0.7, False),            # a tie does not beat
+    (0.7000001, 0.7, True),       # strictly greater does
+    (0.5, 0.3, False),            # chance never beats, even a below-chance baseline
+    (0.45, 0.3, False),           # nor does a below-chance AUC: its direction is not membership's
+    (0.5000001, 0.3, True),
+    (0.3, 0.7, False),            # never flipped to 1 - AUC
+    (float("nan"), 0.6, False), (None, 0.6, False),
+])
+def test_beats_is_the_oriented_auc_strictly_above_the_baseline_and_chance(mia, blind, verdict):
+    from evaldag.metrics.unlearning.blind_mia import beats
+
+    assert beats(mia, blind) is verdict
+
