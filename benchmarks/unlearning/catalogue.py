@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Callable
 
 from ...engine import Node
+from ...engine.render.interval_cells import INTERVALS  # the interval nodes' group: <GROUP>_INTERVALS, files of their own
 from ...metrics.unlearning.blind_mia import mia_blind_baseline
 from ...metrics.unlearning.intervals import interval_kind_for, interval_node
 from ...metrics.unlearning.retain_logs import from_logs
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
 
-INTERVALS = "_INTERVALS"  # the interval nodes' group: <GROUP>_INTERVALS, files of their own
 
 
 def request_kinds(node: Node) -> set[str]:
