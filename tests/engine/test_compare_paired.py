@@ -172,6 +172,19 @@ def test_retain_model_runs_compare_forget_quality_and_privleak_as_with_retain_lo
         assert g["percentile"] == pytest.approx(w["percentile"], rel=1e-6, abs=1e-9)
         assert g["p_value"] == pytest.approx(w["p_value"]) and g["verdict"] == w["verdict"]
     assert got["forget_quality"]["statistic"] == "ks" and got["forget_quality"]["p_value"] is not None
+    # --pool: each seed's run reads its own retain side, copied with it
+    pools = {}
+    for run in (a, b):
+        pools[run.name] = tmp_path / f"pool-{run.name}"
+        for i in range(2):
+            (pools[run.name] / f"seed-{i}").mkdir(parents=True)
+            for f in ("TOFU_EVAL.json", "TOFU_SUMMARY.json", "TOFU_RETAIN_LOGS.json", "run.json"):
+                shutil.copy(run / f, pools[run.name] / f"seed-{i}" / f)
+    assert cli.main(["compare", str(pools["a"]), str(pools["b"]), "--pool", "--bootstrap-resamples", "50",
+                     "--out", str(tmp_path / "pool.json")]) == 0
+    pooled = {r["metric"]: r.get("paired") for r in json.loads((tmp_path / "pool.json").read_text())["metrics"]}
+    assert pooled["forget_quality"]["statistic"] == "ks" and pooled["forget_quality"]["delta"] == pytest.approx(got["forget_quality"]["delta"])
+    assert pooled["privleak"]["percentile"] is not None
 
 
 def test_muse_retain_model_run_writes_the_retain_auc_for_privleak(tmp_path):
