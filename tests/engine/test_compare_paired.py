@@ -199,3 +199,18 @@ def test_muse_retain_model_run_writes_the_retain_auc_for_privleak(tmp_path):
     assert json.loads((runs[0] / "MUSE_SUMMARY.json").read_text())["privleak"] == pytest.approx((s - r) / (r + 1e-10) * 100)
     pl = _paired(*runs, tmp_path / "d.json")["privleak"]
     assert pl is not None and pl["percentile"] is not None and pl["n_items"]
+
+
+def test_the_retain_file_run_json_names_is_read_only_beside_it(tmp_path):
+    """run.json is untrusted input: ``retain_logs_written`` names a file of the run's own folder,
+    never a path elsewhere."""
+    from evaldag.engine.paired_report import retain_logs_of
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"forget_truth_ratio": {"agg_value": 1.0}}))
+    (tmp_path / "run" / "TOFU_RETAIN_LOGS.json").write_text(json.dumps({"forget_truth_ratio": {"agg_value": 2.0}}))
+    ok = {"retain_logs_written": {"TOFU": "TOFU_RETAIN_LOGS.json"}}
+    assert retain_logs_of(ok, "tofu", tmp_path / "run") == {"forget_truth_ratio": {"agg_value": 2.0}}
+    assert retain_logs_of(ok, "tofu") is None  # no folder: nothing to read beside
+    for bad in ("../elsewhere.json", str(tmp_path / "elsewhere.json")):
+        assert retain_logs_of({"retain_logs_written": {"TOFU": bad}}, "TOFU", tmp_path / "run") is None
