@@ -28,7 +28,7 @@ from .redact import redact_text
 from .render.report_html import RunFolder, load_run_folder
 from .render.report_html import build_report_html as _build_page
 from .results import RunResult
-from .paired_report import PairedRuns  # each run against the previous, item by item
+from .paired_report import PairedRuns, check_against  # each run against the previous or the first, item by item
 from .training_report import TrainingCurves  # metric against step, the trade-off figure
 from .robustness_views import RobustnessSection  # ROBUSTNESS.json beside a run
 
@@ -68,30 +68,34 @@ def runs_of(out_dirs: Sequence[str | os.PathLike], shown: Sequence[str | os.Path
     return runs
 
 
-def _plugins(runs: list[RunFolder], registry: BenchmarkRegistry) -> list[Any]:
-    """The runs' benchmarks, and the training curves with the trade-offs those benchmarks declare."""
+def _plugins(runs: list[RunFolder], registry: BenchmarkRegistry, against: str = "previous") -> list[Any]:
+    """The runs' benchmarks, the training curves with the trade-offs those benchmarks declare, and
+    the paired tests (each run ``against`` the previous one or the first)."""
     benches = benchmarks_of(runs, registry)
-    return [*benches, TrainingCurves([b.tradeoff for b in benches if getattr(b, "tradeoff", None)]), PairedRuns(benches),
+    return [*benches, TrainingCurves([b.tradeoff for b in benches if getattr(b, "tradeoff", None)]), PairedRuns(benches, against),
             RobustnessSection()]
 
 
 def build_report_html(out_dirs: Sequence[str | os.PathLike], title: str = "evaldag report", *,
-                      registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None) -> str:
+                      registry: BenchmarkRegistry = BENCHMARKS, shown: Sequence[str | os.PathLike] | None = None,
+                      against: str = "previous") -> str:
     """The report page for finished runs, with the sections of the benchmarks they ran
-    (folder names redacted: a token in a path is not printed)."""
-    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: _plugins(runs, registry),
+    (folder names redacted: a token in a path is not printed); ``against``: the paired tests
+    take each run against the ``"previous"`` one or the ``"first"`` (the baseline)."""
+    check_against(against)
+    return _build_page(runs_of(list(out_dirs), shown), title, plugins=lambda runs: _plugins(runs, registry, against),
                        redact=redact_text)
 
 
 def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.PathLike, *,
                       title: str = "evaldag report", registry: BenchmarkRegistry = BENCHMARKS,
-                      shown: Sequence[str | os.PathLike] | None = None) -> Path:
+                      shown: Sequence[str | os.PathLike] | None = None, against: str = "previous") -> Path:
     """Write ``report.html`` for finished runs (atomically) and return its path.
 
     ``dest`` may replace only a report evaldag wrote (never an EVAL file, never a user's
     page); ``OUT/report.html`` of a published set is rewritten inside that set, so the
     link stays and the set stays one run's. ``shown``: the folder names titles use, when
-    the files are read from a stage.
+    the files are read from a stage; ``against``: as :func:`build_report_html` takes it.
     """
     dest = Path(dest)
     target = dest
@@ -99,7 +103,7 @@ def write_report_html(out_dirs: Sequence[str | os.PathLike], dest: str | os.Path
         target = set_folder(dest.parent) / dest.name
     elif os.path.lexists(dest) and not (is_report(dest) and not is_our_link(dest)):
         raise ValueError(f"{dest}: not a report evaldag wrote; refusing to replace it (choose another --out)")
-    html_text = build_report_html(list(out_dirs), title, registry=registry, shown=shown)
+    html_text = build_report_html(list(out_dirs), title, registry=registry, shown=shown, against=against)
     atomic_write(target, html_text.encode("utf-8"))  # a unique temp name: concurrent writers never collide
     return dest
 

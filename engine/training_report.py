@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from . import selection
 from .checkpoints import run_step
 from .render.curves import curve_svg, tradeoff_svg
-from .paired_report import INTERVALS  # the interval files' group suffix
+from .render.interval_cells import INTERVALS  # the interval files' group suffix
 from .render.report_html import RunFolder, Section
 
 

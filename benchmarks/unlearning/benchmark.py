@@ -228,16 +228,19 @@ class UnlearningBenchmark(Benchmark):
             return None
 
     def write_outputs(self, result: Any, out_dir: Any, config: Any) -> list:
-        """With ``--summary-intervals``: each interval of ``<GROUP>_INTERVALS`` also in
+        """With ``--retain-model``: the retain side's per-item values in ``<GROUP>_RETAIN_LOGS.json``
+        (``retain_side.py``). With ``--summary-intervals``: each interval of ``<GROUP>_INTERVALS`` also in
         ``<GROUP>_SUMMARY.json`` under ``"intervals"`` (the numbers keep their keys and values)."""
         from ...engine.outputs import add_to_summary
         from .catalogue import INTERVALS
+        from .retain_side import write_retain_logs
 
+        written = write_retain_logs(result, out_dir, self.group.upper())
         if not (getattr(config, "summary_intervals", False) and getattr(config, "bootstrap_resamples", 0)):
-            return []
+            return written
         ivs = {n: r.to_dict() for n, r in result.results(self.group.upper() + INTERVALS).items() if hasattr(r, "to_dict")}
         keep = ("percentile", "BCa", "confidence_level", "n_resamples", "seed")
-        return [add_to_summary(out_dir, self.group, "intervals", {n: {k: b.get(k) for k in keep} for n, b in sorted(ivs.items())})]
+        return [*written, add_to_summary(out_dir, self.group, "intervals", {n: {k: b.get(k) for k in keep} for n, b in sorted(ivs.items())})]
 
     def knowledge(self, name: str) -> Any:
         """The form its metric declares (``@metric(knowledge=...)``) for the node this benchmark

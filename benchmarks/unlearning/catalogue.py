@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Callable
 
 from ...engine import Node
+from ...engine.render.interval_cells import INTERVALS  # the interval nodes' group: <GROUP>_INTERVALS, files of their own
 from ...metrics.unlearning.blind_mia import mia_blind_baseline
 from ...metrics.unlearning.intervals import interval_kind_for, interval_node
 from ...metrics.unlearning.retain_logs import from_logs
 from ...metrics.unlearning.utility import MODEL_UTILITY_PARTS
 from ..prompt_transforms import resource_name, split_spec
 
-INTERVALS = "_INTERVALS"  # the interval nodes' group: <GROUP>_INTERVALS, files of their own
 #: what a generation metric asks of models: generations, and at most a classifier reading them (gibberish)
 GENERATION_KINDS = frozenset({"generate", "classify_text"})
 

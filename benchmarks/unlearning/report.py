@@ -16,7 +16,7 @@ from typing import Any
 
 from ...engine.render.clusters import Split, guess_split
 from ...engine.render.generations import SHOWN, generation_rows
-from ...engine.render.interval_cells import interval_of
+from ...engine.render.interval_cells import INTERVALS, interval_of
 from ...engine.render.plots import histogram_svg, roc_curve, roc_svg
 from ...engine.render.report_html import RunFolder, Section
 
@@ -138,9 +138,6 @@ def generations_html(runs: list[RunFolder], shown: int = GENERATIONS_SHOWN) -> s
         return ""
     return (f'<p class="ed-muted">The first {shown} items of each metric that generates, greedy, beside the gold '
             "answer: what the model says before any number is read.</p>" + "".join(out))
-
-
-INTERVALS = "_INTERVALS"  # catalogue.py's group suffix: <GROUP>_INTERVALS_EVAL.json
 
 
 def _num(x: Any) -> str:

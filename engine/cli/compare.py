@@ -108,7 +108,7 @@ def add_paired(rows: list[dict], fa: Path | list[Path], fb: Path | list[Path], n
     def retain_of(folder: Path, group: str) -> Any:
         key = (str(folder), group + "/retain")
         if key not in evals:
-            evals[key] = retain_logs_of(_read(folder / "run.json") if (folder / "run.json").is_file() else {}, group)
+            evals[key] = retain_logs_of(_read(folder / "run.json") if (folder / "run.json").is_file() else {}, group, folder)
         return evals[key]
 
     tested = []

@@ -24,6 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--generations", type=int, nargs="?", const=SHOWN, default=None, metavar="N",
                    help=f"print the first N generations of each generating metric beside the gold answers "
                         f"(default {SHOWN}) instead of writing the report")
+    r.add_argument("--against", choices=("previous", "first"), default="previous",
+                   help="the paired tests between runs: each run against the previous one (default) or against the "
+                        "first, the baseline (Holm over every pair and metric either way)")
     return r
 
 
@@ -42,7 +45,7 @@ def cmd(args: argparse.Namespace) -> int:
         if args.generations is not None:
             print_generations(folders, args.generations)
             return 0
-        path = write_report_html(folders, dest, title=args.title)
+        path = write_report_html(folders, dest, title=args.title, against=args.against)
     except (OSError, ValueError) as e:
         print(f"evaldag: error: {e}", file=sys.stderr)
         return 2

@@ -90,6 +90,23 @@ def add_to_summary(folder: Path, group: str, key: str, value: Any) -> Path:
     return path
 
 
+def add_file(folder: Path, name: str, obj: Any) -> Path:
+    """One more JSON file in a set being written (a benchmark's ``write_outputs``), written as the
+    engine writes its own."""
+    path = Path(folder) / name
+    _dump(path, obj)
+    return path
+
+
+def add_to_run_json(folder: Path, key: str, group: str, value: Any) -> Path:
+    """``run.json``'s ``key`` (an object by group) gains ``group: value`` in a set being written
+    (a benchmark names a file it wrote beside it); the other keys stay as they were."""
+    path = Path(folder) / "run.json"
+    meta = json.loads(path.read_text())
+    _dump(path, {**meta, key: {**(meta.get(key) or {}), group: value}})
+    return path
+
+
 def node_names(result: RunResult) -> dict[str, str]:
     """Vertex key -> the name run.json uses (``group/name`` only when groups would collide)."""
     qualify = len([g for g in result.graph.groups if g is not None]) > 1

@@ -107,6 +107,7 @@ class RunJson(BaseModel):
     provenance: dict[StrictStr, Any] = {}
     benchmarks: list[StrictStr] = []
     refresh: StrictStr = "none"
+    retain_logs_written: dict[StrictStr, StrictStr] = {}  # GROUP -> the retain side's file beside run.json
 
 
 _WARNED: set[tuple[str, int]] = set()  # (file, hash of its text): warn once per version of a file

@@ -117,3 +117,100 @@ def test_forget_quality_and_privleak_read_the_retain_logs_the_runs_named(tmp_pat
     pl = rows["privleak"]["paired"]
     assert pl["delta"] == pytest.approx(rows["privleak"]["delta"], rel=1e-9) and pl["percentile"] is not None
     assert "p_holm" in fq and "p_holm" in pl
+
+
+TINY, FIX = Path(__file__).parents[1] / "fixtures" / "tiny-llama", Path(__file__).parents[1] / "fixtures"
+
+
+def _run(bench: str, model: str, out: Path, cache: Path, *flags: str) -> Path:
+    data = FIX / f"{bench}_tiny"
+    assert cli.main(["run", bench, "--model", str(TINY / model), "--data", str(data), *flags, "--quiet",
+                     "--out", str(out), "--cache-dir", str(cache)]) == 0
+    return out
+
+
+def _paired(a: Path, b: Path, out: Path) -> dict:
+    assert cli.main(["compare", str(a), str(b), "--bootstrap-resamples", "300", "--seed", "3", "--out", str(out)]) == 0
+    return {r["metric"]: r.get("paired") for r in json.loads(out.read_text())["metrics"]}
+
+
+def test_retain_model_runs_compare_forget_quality_and_privleak_as_with_retain_logs(tmp_path, capsys):
+    """Two --retain-model runs: compare tests forget quality and privleak item by item from the
+    retain side each run wrote (TOFU_RETAIN_LOGS.json), exactly as from the retain model's own
+    TOFU_EVAL.json given as retain logs."""
+    c, fq = tmp_path / "c", ("--metrics", "forget_quality,privleak")
+    a = _run("tofu", "target", tmp_path / "a", c, *fq, "--retain-model", str(TINY / "retain"))
+    b = _run("tofu", "retain", tmp_path / "b", c, *fq, "--retain-model", str(TINY / "retain"))
+    meta = json.loads((a / "run.json").read_text())
+    assert meta["retain_logs_written"] == {"TOFU": "TOFU_RETAIN_LOGS.json"}
+    written = json.loads((a / "TOFU_RETAIN_LOGS.json").read_text())
+    assert sorted(written) == ["forget_truth_ratio", "mia_min_k"] and len(written["forget_truth_ratio"]["value_by_index"]) == 40
+    capsys.readouterr()
+    got = _paired(a, b, tmp_path / "got.json")
+    printed = [x for x in capsys.readouterr().out.splitlines() if x.startswith("TOFU/forget_quality ") and "[" in x]
+    assert len(printed) == 1 and printed[0].endswith("(on the KS statistic)")
+
+    # by hand: the retain model evaluated alone, its TOFU_EVAL.json as open-unlearning's retain logs
+    r = _run("tofu", "retain", tmp_path / "r", c, "--metrics", "forget_truth_ratio,mia_min_k")
+    logs = tmp_path / "retain_TOFU_EVAL.json"
+    full = json.loads((r / "TOFU_EVAL.json").read_text())
+    logs.write_text(json.dumps({k: full[k] for k in ("forget_truth_ratio", "mia_min_k")}))
+    hand = []
+    for run in (a, b):
+        d = tmp_path / f"logs-{run.name}"
+        d.mkdir()
+        for f in ("TOFU_EVAL.json", "TOFU_SUMMARY.json"):
+            shutil.copy(run / f, d / f)
+        res = {"model": {"path": run.name}, "tofu_retain_logs": {"source": str(logs)}}
+        (d / "run.json").write_text(json.dumps({"benchmarks": ["tofu"], "provenance": {"resources": res}}))
+        hand.append(d)
+    want = _paired(*hand, tmp_path / "want.json")
+    for name in ("forget_quality", "privleak"):
+        g, w = got[name], want[name]
+        assert g is not None and w is not None, name
+        assert g["delta"] == pytest.approx(w["delta"], rel=1e-6, abs=1e-9)
+        assert g["percentile"] == pytest.approx(w["percentile"], rel=1e-6, abs=1e-9)
+        assert g["p_value"] == pytest.approx(w["p_value"]) and g["verdict"] == w["verdict"]
+    assert got["forget_quality"]["statistic"] == "ks" and got["forget_quality"]["p_value"] is not None
+    # --pool: each seed's run reads its own retain side, copied with it
+    pools = {}
+    for run in (a, b):
+        pools[run.name] = tmp_path / f"pool-{run.name}"
+        for i in range(2):
+            (pools[run.name] / f"seed-{i}").mkdir(parents=True)
+            for f in ("TOFU_EVAL.json", "TOFU_SUMMARY.json", "TOFU_RETAIN_LOGS.json", "run.json"):
+                shutil.copy(run / f, pools[run.name] / f"seed-{i}" / f)
+    assert cli.main(["compare", str(pools["a"]), str(pools["b"]), "--pool", "--bootstrap-resamples", "50",
+                     "--out", str(tmp_path / "pool.json")]) == 0
+    pooled = {r["metric"]: r.get("paired") for r in json.loads((tmp_path / "pool.json").read_text())["metrics"]}
+    assert pooled["forget_quality"]["statistic"] == "ks" and pooled["forget_quality"]["delta"] == pytest.approx(got["forget_quality"]["delta"])
+    assert pooled["privleak"]["percentile"] is not None
+
+
+def test_muse_retain_model_run_writes_the_retain_auc_for_privleak(tmp_path):
+    c = tmp_path / "c"
+    runs = [_run("muse", m, tmp_path / m, c, "--metrics", "privleak", "--retain-model", str(TINY / "retain"))
+            for m in ("target", "retain")]
+    written = json.loads((runs[0] / "MUSE_RETAIN_LOGS.json").read_text())
+    assert list(written) == ["mia_min_k"] and 0.0 <= written["mia_min_k"]["auc"] <= 1.0
+    # privleak is read back from the retain side: its number from the retain AUC the file holds
+    s = 1 - json.loads((runs[0] / "MUSE_EVAL.json").read_text())["mia_min_k"]["auc"]
+    r = 1 - written["mia_min_k"]["auc"]
+    assert json.loads((runs[0] / "MUSE_SUMMARY.json").read_text())["privleak"] == pytest.approx((s - r) / (r + 1e-10) * 100)
+    pl = _paired(*runs, tmp_path / "d.json")["privleak"]
+    assert pl is not None and pl["percentile"] is not None and pl["n_items"]
+
+
+def test_the_retain_file_run_json_names_is_read_only_beside_it(tmp_path):
+    """run.json is untrusted input: ``retain_logs_written`` names a file of the run's own folder,
+    never a path elsewhere."""
+    from evaldag.engine.paired_report import retain_logs_of
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"forget_truth_ratio": {"agg_value": 1.0}}))
+    (tmp_path / "run" / "TOFU_RETAIN_LOGS.json").write_text(json.dumps({"forget_truth_ratio": {"agg_value": 2.0}}))
+    ok = {"retain_logs_written": {"TOFU": "TOFU_RETAIN_LOGS.json"}}
+    assert retain_logs_of(ok, "tofu", tmp_path / "run") == {"forget_truth_ratio": {"agg_value": 2.0}}
+    assert retain_logs_of(ok, "tofu") is None  # no folder: nothing to read beside
+    for bad in ("../elsewhere.json", str(tmp_path / "elsewhere.json")):
+        assert retain_logs_of({"retain_logs_written": {"TOFU": bad}}, "TOFU", tmp_path / "run") is None

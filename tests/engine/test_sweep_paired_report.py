@@ -76,3 +76,47 @@ def test_forget_quality_and_privleak_with_the_retain_logs_run_json_names(tmp_pat
     sec = html[html.index('id="paired-checkpoints"'):]
     assert "TOFU/forget_quality (KS statistic)</td><td>step-1 → step-2" in sec
     assert "TOFU/privleak</td><td>step-1 → step-2" in sec and "50 resamples, seed 2" in sec
+
+
+def test_each_checkpoint_against_the_first_holm_over_every_pair_and_metric(tmp_path, capsys):
+    """``against="first"`` (``evaldag report --against first``): every run against the baseline,
+    the p-values Holm-adjusted over the 2 pairs x 2 metrics together."""
+    from evaldag.engine import cli
+    from evaldag.engine.uncertainty import adjust
+
+    folders = _folders(tmp_path)
+    other = {n: [1 - p for p in v[::-1]] for n, v in PROB.items()}  # a second metric of the same runs
+    for d in folders:
+        evals = json.loads((d / "TOFU_EVAL.json").read_text())
+        probs = other[d.name]
+        evals["retain_Q_A_Prob"] = {"agg_value": float(np.mean(probs)),
+                                    "value_by_index": {str(i): {"prob": p, "avg_loss": 1.0} for i, p in enumerate(probs)}}
+        (d / "TOFU_EVAL.json").write_text(json.dumps(evals))
+    assert cli.main(["report", *map(str, folders), "--against", "first", "--out", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    sec = html[html.index('id="paired-checkpoints"'):]
+    assert "Each run against the first (the baseline)" in sec and "4 tests, Holm" in sec
+    rows = re.findall(r"<tr><td>TOFU/(\w+)</td><td>([\w-]+) → ([\w-]+)</td><td>([^<]+)</td><td>[^<]*</td>"
+                      r"<td>([^<]+)</td><td>([^<]+)</td>", sec)
+    assert [r[:3] for r in rows] == [("forget_Q_A_Prob", "checkpoint-4", "checkpoint-8"), ("forget_Q_A_Prob", "checkpoint-4", "checkpoint-12"),
+                                     ("retain_Q_A_Prob", "checkpoint-4", "checkpoint-8"), ("retain_Q_A_Prob", "checkpoint-4", "checkpoint-12")]
+
+    def sample(v):
+        return Sample(("items",), (tuple(str(i) for i in range(7)),), (np.array(v),), lambda x: float(np.mean(x)))
+
+    want = adjust(paired_series({n: sample(v) for n, v in PROB.items()}, "first", 1000, 0)
+                  + paired_series({n: sample(v) for n, v in other.items()}, "first", 1000, 0))
+    assert [float(r[3]) for r in rows] == pytest.approx([w["delta"] for w in want], abs=5e-5)
+    assert [float(r[4]) for r in rows] == pytest.approx([w["p_value"] for w in want], rel=1e-3)
+    assert [float(r[5]) for r in rows] == pytest.approx([w["p_holm"] for w in want], rel=1e-3)
+    assert want[1]["delta"] == pytest.approx(np.mean(PROB["checkpoint-12"]) - np.mean(PROB["checkpoint-4"]))
+    m = min(w["p_value"] for w in want)
+    assert min(w["p_holm"] for w in want) == pytest.approx(min(1.0, 4 * m))  # Holm over all 4, not per metric
+    prev = build_report_html(folders)
+    assert "checkpoint-8 → checkpoint-12" in prev and "checkpoint-8 → checkpoint-12" not in sec
+    with pytest.raises(ValueError, match="against='last': choose one of previous, first"):
+        build_report_html(folders, against="last")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", *map(str, folders), "--against", "last"])
+    assert e.value.code == 2
+    assert "evaldag: error: argument --against: invalid choice: 'last' (choose from 'previous', 'first')" in capsys.readouterr().err
