@@ -52,7 +52,8 @@ from .report import write_report_html
 from .resources import MissingResource, ResourceSet
 from .results import RunResult
 from .run import execute
-from .robustness_report import CONTROL, FILE as ROBUSTNESS_FILE, robustness, write_into_run
+from .robustness_report import FILE as ROBUSTNESS_FILE, robustness, write_into_run
+from .session_control import Control, control_run, later_runs
 from .transforms import Transform, TransformError, derive_resources
 
 
@@ -78,9 +79,8 @@ class RunOptions:
     write ``OUT/report.html`` with the set; ``label``: the name the summary line gives the run.
     ``attacks``: model attacks (``--attack``, ``transforms.py``), each run after the plain run
     on the models it derives, into ``OUT/attacks/<attack>/`` as a plain run writes its files;
-    ``transform``: the one model attack this run's models are derived by. ``control``: with an
-    attack that derives the retain model too (relearning), the retain model's own runs -- plain
-    and under each such attack -- into ``OUT/control/`` (:func:`control_run`), R's control.
+    ``transform``: the one model attack this run's models are derived by. ``control``: with a
+    relearning, the retain model's own runs too, into ``OUT/control/`` (``session_control.py``).
     """
 
     out: str | os.PathLike = "evaldag-out"
@@ -106,7 +106,7 @@ class RunOptions:
     plan_only: bool = False  # count the model work, print it, run nothing (costs.py)
     attacks: tuple[Transform, ...] = ()  # model attacks run beside the plain run: OUT/attacks/<attack>/ each
     transform: Transform | None = None  # this run's models are the ones this transform derives (transforms.py)
-    control: bool = True  # with --attack relearn and a retain model: the retain model's own runs in OUT/control/
+    control: bool = True  # relearning's control: the retain model's own runs in OUT/control/
 
     @property
     def out_dir(self) -> Path:
@@ -282,73 +282,25 @@ def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
         check_serves(benches, cfgs, attack_options(options, t))  # built and planned: nothing loaded
 
 
-@dataclass(frozen=True)
-class Control:
-    """The retain model's own run beside an attacked one: its benchmarks, their configs
-    (``Benchmark.for_retain_model``) and its options (``OUT/control/``, the attacks that derive
-    the retain model)."""
-
-    benches: list
-    cfgs: list
-    options: RunOptions
-
-
-def control_run(benches: list, cfgs: list, options: RunOptions) -> Control | None:
-    """The control of the run's relearning attacks, or None: no attack derives the retain model
-    (a quantization is scored against the model's own run, Q needs none), no benchmark names a
-    retain model, or ``options.control`` is off. Its run is ``--model RETAIN`` with the same
-    flags, written as that run writes itself into ``OUT/control/`` (its attacked runs in
-    ``OUT/control/attacks/<attack>/``), sharing the cache: the answers the retain model gave the
-    unlearned run as its reference are not asked again, the relearned retain model is the one
-    the attacked run trained."""
-    attacks = tuple(t for t in options.attacks if "retain_model" in t.roles)
-    if not options.control or not attacks:
-        return None
-    pairs = [(b, c) for b, c in ((b, b.for_retain_model(cfg)) for b, cfg in zip(benches, cfgs)) if c is not None]
-    if not pairs:
-        return None
-    resources = {k: v for k, v in options.resources.items() if k != "model"}  # a caller's model is not the retain model
-    if "retain_model" in resources:
-        resources["model"] = resources["retain_model"]
-    out = options.out_dir / CONTROL
-    return Control([b for b, _ in pairs], [c for _, c in pairs],
-                   replace(options, out=out, attacks=attacks, control=False, resources=resources,
-                           label=f"{options.label or options.out_dir} [control: the retain model]"))
-
-
-def check_control(ctl: Control, options: RunOptions) -> None:
-    """The control's run usable before any work, as the run's own is: its folder, its inputs,
-    what its backends serve plain and under each of its attacks."""
-    o = ctl.options
-    check_folders(o.cache_dir, o.out_dir)
-    check_out(o.out_dir, ctl.benches, ctl.cfgs, o.report)
-    check_serves(ctl.benches, ctl.cfgs, replace(o, attacks=()))
-    check_attacks(ctl.benches, ctl.cfgs, o)
-
-
 def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group | None, shared_only: bool) -> Outcome:
-    """The plain run, the control's plain run (:func:`control_run`), then each model attack's
-    run into ``OUT/attacks/<attack>/`` (and the control's under it); the worst exit code."""
+    """The plain run, the control's (``session_control.py``), then each model attack's run into
+    ``OUT/attacks/<attack>/`` (and the control's under it); the worst exit code."""
     ctl = None if shared_only else control_run(benches, cfgs, options)
     try:
         check_attacks(benches, cfgs, options)
-        if ctl is not None:
-            check_control(ctl, options)
+        if ctl is not None:  # its folder, its inputs, what it serves plain and attacked
+            check_folders(ctl.options.cache_dir, ctl.options.out_dir)
+            check_out(ctl.options.out_dir, ctl.benches, ctl.cfgs, ctl.options.report)
+            check_serves(ctl.benches, ctl.cfgs, replace(ctl.options, attacks=()))
+            check_attacks(ctl.benches, ctl.cfgs, ctl.options)
     except (ValueError, OSError, MissingResource, GraphError) as e:
         print(error_line(e, benches), file=sys.stderr)
         return Outcome(2, options.out_dir)
     plain = run_benchmarks(benches, cfgs, replace(options, attacks=()), group, shared_only=shared_only)
     if plain.code in (2, 130) or shared_only:
         return plain
-    runs: list[tuple[list, list, RunOptions]] = []
-    if ctl is not None:
-        runs.append((ctl.benches, ctl.cfgs, replace(ctl.options, attacks=())))
-    for t in options.attacks:
-        runs.append((benches, cfgs, attack_options(options, t)))
-        if ctl is not None and t in ctl.options.attacks:
-            runs.append((ctl.benches, ctl.cfgs, attack_options(ctl.options, t)))
     code = plain.code
-    for b, c, o in runs:
+    for b, c, o in later_runs(benches, cfgs, options, ctl, attack_options):
         done = run_benchmarks(b, c, o, group)
         code = max(code, done.code)
         if done.code in (2, 130):
@@ -360,17 +312,12 @@ def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group |
 
 
 def _robustness(benches: list, options: RunOptions, ctl: Control | None) -> None:
-    """``OUT/ROBUSTNESS.json`` from the plain run and its attacked runs (``robustness_report.py``),
-    relearning's R against the control's runs (``OUT/control/``) where there is one, and the
-    report redrawn with its section. Without a control (no retain model, or ``control`` off), R
-    is refused by metric, saying so (``evaldag robustness OUT --retain OUT_R`` scores it later)."""
+    """``OUT/ROBUSTNESS.json`` (``robustness_report.py``), R against the control's runs (none: R
+    refused by metric, saying so), and the report redrawn with its section."""
     out = options.out_dir
-    retain = retain_attacks = None
-    if ctl is not None:
-        retain = ctl.options.out_dir
-        retain_attacks = {t.folder(): retain / "attacks" / t.folder() for t in ctl.options.attacks}
     try:
-        data = robustness(out, {t.folder(): out / "attacks" / t.folder() for t in options.attacks}, retain, retain_attacks)
+        data = robustness(out, {t.folder(): out / "attacks" / t.folder() for t in options.attacks},
+                          *(ctl.folders() if ctl is not None else (None, None)))
         path = write_into_run(out, data)
         if options.report:
             write_report_html([out], out / "report.html", title=f"evaldag report: {', '.join(b.name for b in benches)}")
