@@ -306,7 +306,7 @@ def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group |
         if done.code in (2, 130):
             break
     else:
-        if group is None or group.rank == 0:
+        if (group is None or group.rank == 0) and not options.plan_only:  # a plan wrote no run to score
             _robustness(benches, options, ctl)
     return Outcome(code, plain.out, plain.result)
 

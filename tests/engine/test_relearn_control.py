@@ -134,3 +134,12 @@ def test_a_failing_control_is_refused_before_the_plain_run(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "control" in proc.stderr and proc.stderr.startswith("evaldag: error:")
     assert not (tmp_path / "out" / "run.json").exists() and (tmp_path / "out" / "control").read_text() == "mine"
+
+
+def test_plan_only_plans_the_control_and_writes_nothing(tmp_path):
+    proc = _run(tmp_path, TARGET, "out", "cache", "--attack", RELEARN, "--plan-only")
+    assert proc.returncode == 0, proc.stderr
+    # the plain run, the control, the relearned model, the relearned control: four plans, the control's on the retain model
+    assert proc.stdout.count("plan: model work on model (") == 4
+    assert proc.stdout.count(f"plan: model work on model ({RETAIN})") == 2
+    assert "warning" not in proc.stderr and not (tmp_path / "out").exists()
