@@ -97,7 +97,7 @@ class Benchmark:
         return config.model_copy(update={"model": model})
 
     def for_retain_model(self, config: Any) -> Any:
-        """``config`` for the retain model's own run (relearning's control, ``session.py``): a copy
+        """``config`` for the retain model's own run (relearning's control, ``session_control.py``): a copy
         whose ``model`` is its ``retain_model`` and whose retain model stays itself, as
         ``--model RETAIN --retain-model RETAIN`` gives it (forget quality then compares the retain
         model with itself, 1 by construction, and every metric that reads a retain model is still
