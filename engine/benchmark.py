@@ -96,6 +96,24 @@ class Benchmark:
             return config
         return config.model_copy(update={"model": model})
 
+    def for_retain_model(self, config: Any) -> Any:
+        """``config`` for the retain model's own run (relearning's control, ``session_control.py``): a copy
+        whose ``model`` is its ``retain_model`` and whose retain model stays itself, as
+        ``--model RETAIN --retain-model RETAIN`` gives it (forget quality then compares the retain
+        model with itself, 1 by construction, and every metric that reads a retain model is still
+        computed, so a control's metrics are the unlearned run's). The retain role's ``--model-arg``
+        settings become the model's. None: the config names no retain model (default: no
+        ``retain_model`` field, or it is empty)."""
+        fields = getattr(type(config), "model_fields", {})
+        retain = getattr(config, "retain_model", None) if "retain_model" in fields else None
+        if not self.takes_model or "model" not in fields or not retain:
+            return None
+        update: dict[str, Any] = {"model": retain}
+        options = getattr(config, "backend_options", None)
+        if "backend_options" in fields and isinstance(options, dict):
+            update["backend_options"] = {**options, "model": dict(options.get("retain_model", {}))}
+        return config.model_copy(update=update)
+
     def metric_menu(self) -> MetricMenu:
         return MetricMenu(default=(), all=())
 

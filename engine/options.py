@@ -101,6 +101,10 @@ def add_model_option(parser: argparse.ArgumentParser, benches: Iterable[Benchmar
                                  "attack, which are metrics): e.g. quantize:nf4, quantize:int8-weight, "
                                  "quantize:fp4,blocksize=128; repeatable; each attacked model's files in "
                                  "OUT/attacks/<attack>/ as a plain run writes them (docs/model-attacks.md)")
+        parser.add_argument("--no-control", dest="control", action="store_false", default=True,
+                            help="with --attack relearn and --retain-model: do not also run the retain model itself "
+                                 "(relearning's control, OUT/control/); R is then refused until `evaldag robustness "
+                                 "OUT --retain OUT_R` (docs/robustness.md)")
 
 
 def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> None:
@@ -267,7 +271,7 @@ def read(args: argparse.Namespace, benches: list[Benchmark], command: list[str] 
         prefix_sharing=args.prefix_sharing == "on", progress=args.progress, quiet=args.quiet,
         add_metrics=tuple(args.add_metric), plan_only=args.plan_only,
         command=tuple(command) if command is not None else None,
-        attacks=attacks, **overrides)
+        attacks=attacks, control=getattr(args, "control", True), **overrides)
     sweep = SweepOptions(
         models=tuple(models), shard=getattr(args, "shard", None), parallel=getattr(args, "parallel", "auto"),
         select=getattr(args, "select", None), step_of=tuple(getattr(args, "step_of", None) or ()),

@@ -5,7 +5,8 @@ Why from folders: an attacked model's run is a plain run (``OUT/attacks/<attack>
 what ``evaldag run`` writes for it), so the scores need nothing but the published numbers
 and per-item values: no cache, no model. ``quantize...`` attacks get Q, ``relearn...``
 attacks get R against the retain model relearned by the same recipe (its own plain and
-attacked runs), any other attack its before/after and change only. Each metric is scored in
+attacked runs: ``OUT/control/`` and ``OUT/control/attacks/<attack>/`` when the run wrote them,
+or another folder named), any other attack its before/after and change only. Each metric is scored in
 its declared knowledge form (``knowledge.py``); one without a form (or a signed form where Q
 needs a ratio) is refused by name, and its before/after are still written.
 
@@ -32,6 +33,13 @@ from .uncertainty import Sample, paired
 
 FILE = "ROBUSTNESS.json"
 ATTACKS = "attacks"  # OUT/attacks/<attack>/: each attacked model's own run folder
+CONTROL = "control"  # OUT/control/: the retain model's own run (its relearned runs under its attacks/), R's control
+
+
+def control_folder(out: str | Path) -> Path | None:
+    """``OUT/control/`` when the run wrote its retain model's own run there, else None."""
+    d = Path(out) / CONTROL
+    return d if (d / "run.json").is_file() else None
 
 
 def attack_kind(name: str) -> str | None:

@@ -51,7 +51,8 @@ def _score_cell(cell: Any) -> str:
 
 
 def robustness_html(data: dict[str, Any]) -> str:
-    """One table per attack: metric, before, after, the score (R or Q), the change's verdict."""
+    """One table per attack: metric, before, after (and the retain model's, for a relearning), the
+    score (R or Q), the change's verdict."""
     f = data.get("formula") or {}
     parts = [f'<p class="ed-lead">{escape(str(f.get("name", "")))}: R = {escape(str(f.get("R", "")))}; '
              f'Q = {escape(str(f.get("Q", "")))} ({escape(str(f.get("source", "")))}). '
@@ -60,13 +61,22 @@ def robustness_html(data: dict[str, Any]) -> str:
         if not isinstance(a, dict) or not isinstance(a.get("metrics"), dict):
             continue
         score = a.get("score")
+        control = score == "R"  # relearning: the retain model's values before and after the same relearn beside
         rows = []
         for key, row in a["metrics"].items():
-            verdict = ((row.get("change") or {}).get("verdict") or "") if isinstance(row, dict) else ""
+            if not isinstance(row, dict):
+                continue
+            verdict = (row.get("change") or {}).get("verdict") or ""
+            retain = f"{num_cell(_num(row.get('retain_before')))}{num_cell(_num(row.get('retain_after')))}" if control else ""
             rows.append(f"<tr><td>{escape(key)}</td>{num_cell(_num(row.get('before')))}{num_cell(_num(row.get('after')))}"
-                        f"{_score_cell(row.get(score)) if score else num_cell(None)}<td>{escape(verdict)}</td></tr>")
+                        f"{retain}{_score_cell(row.get(score)) if score else num_cell(None)}<td>{escape(verdict)}</td></tr>")
         parts.append(f"<h3>{escape(name)}" + (f" (scored by {escape(score)})" if score else "") + "</h3>")
-        parts.append(_table(["metric", "before", "after", score or "score", "change (paired, item by item)"], rows))
+        if control and a.get("retain_folders"):
+            parts.append(f'<p class="ed-lead">control: the retain model relearned by the same recipe '
+                         f'({escape(" → ".join(map(str, a["retain_folders"])))}).</p>')
+        head = ["metric", "before", "after", *(["retain before", "retain after"] if control else []), score or "score",
+                "change (paired, item by item)"]
+        parts.append(_table(head, rows))
     hm = [h for h in data.get("hm") or [] if isinstance(h, dict)]
     if hm:
         rows = [f"<tr><td>{escape(str(h.get('metric')))}</td>{num_cell(_num(h.get('R')))}{num_cell(_num(h.get('Q')))}"

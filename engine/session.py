@@ -53,6 +53,7 @@ from .resources import MissingResource, ResourceSet
 from .results import RunResult
 from .run import execute
 from .robustness_report import FILE as ROBUSTNESS_FILE, robustness, write_into_run
+from .session_control import Control, control_run, later_runs
 from .transforms import Transform, TransformError, derive_resources
 
 
@@ -78,7 +79,8 @@ class RunOptions:
     write ``OUT/report.html`` with the set; ``label``: the name the summary line gives the run.
     ``attacks``: model attacks (``--attack``, ``transforms.py``), each run after the plain run
     on the models it derives, into ``OUT/attacks/<attack>/`` as a plain run writes its files;
-    ``transform``: the one model attack this run's models are derived by.
+    ``transform``: the one model attack this run's models are derived by. ``control``: with a
+    relearning, the retain model's own runs too, into ``OUT/control/`` (``session_control.py``).
     """
 
     out: str | os.PathLike = "evaldag-out"
@@ -104,6 +106,7 @@ class RunOptions:
     plan_only: bool = False  # count the model work, print it, run nothing (costs.py)
     attacks: tuple[Transform, ...] = ()  # model attacks run beside the plain run: OUT/attacks/<attack>/ each
     transform: Transform | None = None  # this run's models are the ones this transform derives (transforms.py)
+    control: bool = True  # relearning's control: the retain model's own runs in OUT/control/
 
     @property
     def out_dir(self) -> Path:
@@ -280,9 +283,16 @@ def check_attacks(benches: list, cfgs: list, options: RunOptions) -> None:
 
 
 def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group | None, shared_only: bool) -> Outcome:
-    """The plain run, then each model attack's run into ``OUT/attacks/<attack>/``; the worst exit code."""
+    """The plain run, the control's (``session_control.py``), then each model attack's run into
+    ``OUT/attacks/<attack>/`` (and the control's under it); the worst exit code."""
+    ctl = None if shared_only else control_run(benches, cfgs, options)
     try:
         check_attacks(benches, cfgs, options)
+        if ctl is not None:  # its folder, its inputs, what it serves plain and attacked
+            check_folders(ctl.options.cache_dir, ctl.options.out_dir)
+            check_out(ctl.options.out_dir, ctl.benches, ctl.cfgs, ctl.options.report)
+            check_serves(ctl.benches, ctl.cfgs, replace(ctl.options, attacks=()))
+            check_attacks(ctl.benches, ctl.cfgs, ctl.options)
     except (ValueError, OSError, MissingResource, GraphError) as e:
         print(error_line(e, benches), file=sys.stderr)
         return Outcome(2, options.out_dir)
@@ -290,24 +300,24 @@ def _with_attacks(benches: list, cfgs: list, options: RunOptions, group: Group |
     if plain.code in (2, 130) or shared_only:
         return plain
     code = plain.code
-    for t in options.attacks:
-        attacked = run_benchmarks(benches, cfgs, attack_options(options, t), group)
-        code = max(code, attacked.code)
-        if attacked.code in (2, 130):
+    for b, c, o in later_runs(benches, cfgs, options, ctl, attack_options):
+        done = run_benchmarks(b, c, o, group)
+        code = max(code, done.code)
+        if done.code in (2, 130):
             break
     else:
-        if group is None or group.rank == 0:
-            _robustness(benches, options)
+        if (group is None or group.rank == 0) and not options.plan_only:  # a plan wrote no run to score
+            _robustness(benches, options, ctl)
     return Outcome(code, plain.out, plain.result)
 
 
-def _robustness(benches: list, options: RunOptions) -> None:
-    """``OUT/ROBUSTNESS.json`` from the plain run and its attacked runs (``robustness_report.py``),
-    and the report redrawn with its section. Relearning's R needs the retain model's own runs
-    before and after (``evaldag robustness OUT --retain OUT_R``); here it says so, by metric."""
+def _robustness(benches: list, options: RunOptions, ctl: Control | None) -> None:
+    """``OUT/ROBUSTNESS.json`` (``robustness_report.py``), R against the control's runs (none: R
+    refused by metric, saying so), and the report redrawn with its section."""
     out = options.out_dir
     try:
-        data = robustness(out, {t.folder(): out / "attacks" / t.folder() for t in options.attacks})
+        data = robustness(out, {t.folder(): out / "attacks" / t.folder() for t in options.attacks},
+                          *(ctl.folders() if ctl is not None else (None, None)))
         path = write_into_run(out, data)
         if options.report:
             write_report_html([out], out / "report.html", title=f"evaldag report: {', '.join(b.name for b in benches)}")

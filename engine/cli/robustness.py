@@ -5,7 +5,9 @@ after each attack (``engine/robustness_report.py``), so they can be recomputed w
 formula or noise rule without touching a model. ``OUT/attacks/<attack>/`` are found by
 themselves; ``--attacked NAME=DIR`` names others. A relearning attack is scored against the
 retain model relearned by the same recipe: ``--retain OUT_R`` (its plain run, with its own
-``attacks/<attack>/`` under the same names) or ``--retain-attacked NAME=DIR``.
+``attacks/<attack>/`` under the same names) or ``--retain-attacked NAME=DIR``; without them,
+``OUT/control/`` (the retain model's runs that ``evaldag run --retain-model ... --attack relearn``
+writes) when it is there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..export import ExportError
 from ..outfolder import is_our_link
 from ..report import write_report_html
 from ..robustness import DEFAULT_FORMULA, FORMULAS, MIN_DELTA, FormulaError
-from ..robustness_report import FILE, attacked_folders, render, robustness, write, write_into_run
+from ..robustness_report import FILE, attacked_folders, control_folder, render, robustness, write, write_into_run
 
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -35,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c = sub.add_parser("robustness", help="each metric before and after each attack on the model: R, Q, HM (ROBUSTNESS.json)")
     c.add_argument("out", metavar="OUT", help="the plain run's folder (its attacked runs under OUT/attacks/<attack>/)")
     c.add_argument("--attacked", action="append", metavar="NAME=DIR", help="an attacked run's folder (repeatable)")
-    c.add_argument("--retain", metavar="OUT_R", help="the retain model's plain run (relearning's control), its attacked runs under OUT_R/attacks/")
+    c.add_argument("--retain", metavar="OUT_R", help="the retain model's plain run (relearning's control), its attacked runs under OUT_R/attacks/ "
+                        "(default: OUT/control/ when the run wrote it)")
     c.add_argument("--retain-attacked", action="append", metavar="NAME=DIR", help="the retain model's run after attack NAME (repeatable)")
     c.add_argument("--formula", default=DEFAULT_FORMULA, help=f"the robustness formula: {', '.join(FORMULAS)} (default {DEFAULT_FORMULA})")
     c.add_argument("--min-delta", type=float, default=MIN_DELTA, metavar="X",
@@ -50,8 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd(args: argparse.Namespace) -> int:
     try:
         attacks = {**attacked_folders(args.out), **_pairs(args.attacked, "--attacked")}
-        retain = {**(attacked_folders(args.retain) if args.retain else {}), **_pairs(args.retain_attacked, "--retain-attacked")}
-        data = robustness(args.out, attacks, args.retain, retain, args.formula, args.min_delta, args.bootstrap_resamples, args.seed)
+        retain_dir = args.retain or control_folder(args.out)  # the run's own control unless another is named
+        retain = {**(attacked_folders(retain_dir) if retain_dir else {}), **_pairs(args.retain_attacked, "--retain-attacked")}
+        data = robustness(args.out, attacks, retain_dir, retain, args.formula, args.min_delta, args.bootstrap_resamples, args.seed)
         sys.stdout.write(render(data))
         path = write(Path(args.to), data) if args.to else write_into_run(args.out, data)
         print(f"wrote {path}")

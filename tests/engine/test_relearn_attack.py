@@ -79,7 +79,9 @@ def test_relearn_trains_once_stores_and_a_warm_rerun_trains_and_loads_nothing(tm
     # new answers needed (another metric): the stored weights load, nothing trains
     more = _run(tmp_path, "out", "--attack", "relearn", metrics=METRICS + ",retain_Q_A_Prob")
     assert more.returncode == 0, more.stderr
-    assert len(relearn.TRAINER_RUNS) == trained and len(relearn_transform.STORED_LOADS) == stored_loads + 1  # the model; the retain model serves no new request
+    # the model, and the retain model in its own run (OUT/control/attacks/relearn/: retain_Q_A_Prob is new there);
+    # as the unlearned run's reference the retain model serves no new request
+    assert len(relearn.TRAINER_RUNS) == trained and len(relearn_transform.STORED_LOADS) == stored_loads + 2
     assert _summary(attacked)["forget_Q_A_Prob"] == after["forget_Q_A_Prob"]
 
     ls = run_cli(["cache", "ls", "--cache-dir", tmp_path / "cache"]).stdout
