@@ -93,7 +93,9 @@ def nodes(metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS, cfg: MuseConfi
 
 def interval_kind(name: str) -> str | None:
     """The rule bracketing ``name`` from its items (``metrics/unlearning/intervals.py``); None: none."""
-    return _Catalogue(MuseConfig()).interval_kind(name)
+    from ..prompt_transforms import available
+
+    return _Catalogue(MuseConfig(prompt_transforms=tuple(available()))).interval_kind(name)
 
 
 #: the catalogue (``UnlearningBenchmark`` reads its prompt transforms' derived splits and metrics from it)

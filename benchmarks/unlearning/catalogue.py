@@ -171,8 +171,10 @@ class Catalogue:
         return tuple(n for n in self.names() if request_kinds(self[n]) <= kinds)
 
     def interval_kind(self, name: str) -> str | None:
-        """The rule that brackets ``name`` from its items (None: it has none)."""
-        return interval_kind_for(name, self.ROUGE_FIELD) if name in self.recipes else None
+        """The rule that brackets ``name`` from its items (None: it has none); a metric repeated on a
+        prompt transform's set (``<metric>_<transform>``) is bracketed by its parent's rule."""
+        base = name if name in self.recipes else self.parent_of(name)
+        return interval_kind_for(base, self.ROUGE_FIELD) if base is not None else None
 
     def interval(self, name: str) -> Node | None:
         """The bootstrap interval of ``name``, over the same parents (so the same cached values)."""

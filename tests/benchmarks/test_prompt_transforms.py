@@ -207,3 +207,24 @@ def test_adding_a_transformed_metric_to_a_warm_run_forwards_only_its_generations
     assert set(warm["by_kind"]) == {"generate"}  # not one token_stats request: forget_Q_A_Prob is stored
     assert warm["by_kind"]["generate"]["sequences_forwarded"] == warm["sequences_forwarded"] == 6
     assert executor("again", "--prompt-transform", "filler,in_context:retain")["sequences_forwarded"] == 0
+
+
+def test_a_repeated_metric_is_bracketed_like_its_parent(tmp_path, cache_dir):
+    from evaldag.benchmarks.muse import spec as muse_spec
+    from evaldag.benchmarks.tofu import spec as tofu_spec
+    from evaldag.metrics.unlearning.intervals import bracket, sample_of
+
+    assert tofu_spec.interval_kind("forget_Q_A_ROUGE_jailbreak_prefix") == tofu_spec.interval_kind("forget_Q_A_ROUGE")
+    assert tofu_spec.interval_kind("wf_Q_A_ROUGE_filler") == "mean:rougeL_recall"
+    assert muse_spec.interval_kind("retain_knowmem_ROUGE_affirmative_suffix") == "mean:rougeL_f1"
+    assert tofu_spec.interval_kind("forget_Q_A_Prob_jailbreak_prefix") is None  # token statistics are not repeated
+    r = run_cli(["run", "tofu", "--model", TINY / "target", "--data", TOFU, "--metrics", "forget_Q_A_ROUGE", "--limit", "6",
+                 "--max-new-tokens", "6", "--cache-dir", cache_dir, "--quiet", "--prompt-transform", "jailbreak_prefix",
+                 "--bootstrap-resamples", "200", "--seed", "3", "--out", tmp_path / "a"])
+    assert r.returncode == 0, r.stderr
+    ev = json.loads((tmp_path / "a" / "TOFU_EVAL.json").read_text())
+    iv = json.loads((tmp_path / "a" / "TOFU_INTERVALS_EVAL.json").read_text())
+    name = "forget_Q_A_ROUGE_jailbreak_prefix"
+    want = bracket(sample_of("mean:rougeL_recall", {"metric": ev[name]}), 200, 3, 0.95)
+    assert iv[name]["percentile"] == pytest.approx(want["percentile"], rel=1e-12)
+    assert iv[name]["agg_value"] == pytest.approx(ev[name]["agg_value"], rel=1e-12) == want["value"]
