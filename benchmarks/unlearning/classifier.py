@@ -139,7 +139,7 @@ def check_classifier(path: str, class_id: int) -> None:
     n = len(labels) if isinstance(labels, dict) and labels else int(cfg.get("num_labels", 2))
     if not 0 <= class_id < n:
         names = ", ".join(f"{k}: {v}" for k, v in sorted((labels or {}).items(), key=lambda kv: int(kv[0])))
-        raise ValueError(f"--classifier-class-id {class_id}: {flag} {path} has {n} labels"
+        raise ValueError(f"--model-arg classifier:class_id={class_id}: {flag} {path} has {n} labels"
                          + (f" ({names})" if names else f" (0..{n - 1})"))
     if not common.has_tokenizer(folder):
         raise ValueError(f"{flag} {path}: no tokenizer in {path}")

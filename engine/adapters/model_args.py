@@ -82,6 +82,13 @@ def pair_text(role: str, key: str, value: Any) -> str:
     return f"{'' if role == DEFAULT_ROLE else role + ':'}{key}={value}"
 
 
+def model_arg(flag: str, key: str, value: Any) -> str:
+    """The setting ``key`` of the model that ``flag`` names, as a message tells the user to give it:
+    ``model_arg("--retain-model", "adapter_base", "DIR")`` -> ``--model-arg retain:adapter_base=DIR``."""
+    role = flag.removeprefix("--").removesuffix("-model") if flag != "--model" else DEFAULT_ROLE
+    return f"{FLAG} {pair_text(role or DEFAULT_ROLE, key, value)}"
+
+
 class DeprecatedAlias(argparse.Action):
     """An old spelling of one ``--model-arg`` pair (``--retain-tokenizer DIR`` is
     ``--model-arg retain:tokenizer=DIR``): the pair goes into ``--model-arg``'s list, and the
