@@ -21,6 +21,7 @@ from ...engine.adapters.model_args import DeprecatedFlag
 from ...engine.argtypes import positive_int
 from ...engine.option_owners import add_shared
 from .. import common
+from .serves import servable
 
 #: the metrics that read ``classifier_model``, in every unlearning benchmark
 CLASSIFIER_METRICS = frozenset({"forget_Q_A_gibberish", "forget_gibberish"})
@@ -88,14 +89,17 @@ class ClassifierOptions(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _all_without_classifier(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("classifier_model") and cls.menu:
+    def _all_is_what_the_run_serves(cls, data: Any) -> Any:
+        """``metrics="all"`` as the CLI reads it (``serves.py``): without a classifier, a reference or
+        retain model, the metrics that need one are left out (the CLI says which in a note)."""
+        if isinstance(data, dict) and cls.menu:
             words = data.get("metrics")
             if isinstance(words, str):
                 words = (words,)
             if isinstance(words, (tuple, list)) and words and all(isinstance(w, str) for w in words):
-                names = common.menu_metrics(cls.menu, tuple(words))
-                data = {**data, "metrics": gated(names, ",".join(words), False)}
+                text = ",".join(words)
+                names, _ = servable(common.menu_metrics(cls.menu, tuple(words)), text, data)
+                data = {**data, "metrics": gated(names, text, bool(data.get("classifier_model")))}
         return data
 
     @model_validator(mode="after")
