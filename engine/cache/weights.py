@@ -266,7 +266,7 @@ class WeightStore:
         """Copy one checked folder of this store into ``other`` (cache merge); False when ``other``
         has it already. A folder that fails its checks raises :class:`CorruptWeights`."""
         key = folder.name
-        if other.has(key):
+        if other._here(key):  # stored there (a layer under it does not count: merge copies for good)
             return False
         src = self.checked(key)
         body = self.manifest(key) or {}
