@@ -282,7 +282,7 @@ def check_model(path: str, opts: ModelOptions, flag: str = "--model", tokenizer:
             folder = checkpoint_folder(tokenizer, flag.removesuffix("model") + "tokenizer" if flag != "--model" else "--tokenizer") or folder
         if opts.template.apply_chat_template and not has_chat_template(folder):
             raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
-                             "(use --template plain, or --template-args with the model's tags)")
+                             "(use --template plain, or --template FILE: a model config with the model's tags)")
         masking_warning(flag, path, opts, bos_is_eos_without_pad(folder), template_pad_files(folder), lambda: folder_facts(folder))
     check_device(opts.device)
 
@@ -297,7 +297,7 @@ def check_gguf_model(path: str, opts: ModelOptions, flag: str, tokenizer: str | 
     pad_turn = template_pad_files(folder) if folder else None if tokenizer is not None else header.template_pad()
     if opts.template.apply_chat_template and not chat:
         raise ValueError(f"--template chat: the tokenizer of {flag} {path} has no chat template "
-                         "(use --template plain, or --template-args with the model's tags)")
+                         "(use --template plain, or --template FILE: a model config with the model's tags)")
     masking_warning(flag, path, opts, bos_eos, pad_turn, lambda: folder_facts(folder) if folder else tokenizer is None and header.chat_facts() or None)
     check_device(opts.device)
 

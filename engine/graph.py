@@ -240,7 +240,7 @@ class Graph:
         read instead of it; returns the copy's key (the same on every call with these arguments).
 
         The planner uses it to serve one scorer's work twice: by the primary backend for the
-        metrics it can give, by a ``--fallback`` for the ones that need what only the fallback has.
+        metrics it can give, by a fallback (``--model-arg fallback=``) for the ones that need what only the fallback has.
         """
         v = self.vertices[key]
         new = hash_value({"twin": key, "tag": tag})
@@ -303,7 +303,7 @@ class Graph:
         """Give every vertex its fingerprint from the bound resources' fingerprints.
 
         ``execution`` marks the scorers' fingerprints (``"deterministic"``); their descendants follow.
-        ``served`` (the planner's Plan) keys a ``--fallback`` pair's vertex by the backend serving it.
+        ``served`` (the planner's Plan) keys a fallback pair's vertex by the backend serving it.
         """
         self.check_resources(resources)
         for v in self.order():

@@ -9,7 +9,7 @@ metrics that read their ancestors' token statistics declare the fields they use
 :class:`~evaldag.engine.backend.Capabilities`.
 
 A scorer vertex's needs are its own declaration plus every descendant's ``uses`` of a
-kind it emits. A :class:`~evaldag.engine.backend.Routed` resource (``--fallback``) serves a
+kind it emits. A :class:`~evaldag.engine.backend.Routed` resource (``--model-arg fallback=hf:DIR``) serves a
 vertex with its primary when the primary can, else with its fallback: all of one vertex's
 requests go to one backend. A scorer whose readers differ (one metric needs a field only the
 fallback has, the others do not) is served twice: the fallback's copy feeds only the readers
@@ -38,11 +38,11 @@ class Plan:
 
     serving: dict[tuple[str, str], ModelResource] = field(default_factory=dict)  # (vertex key, run resource) -> backend
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # vertex key -> run resource -> backend label
-    by_fallback: set[tuple[str, str]] = field(default_factory=set)  # (vertex key, run resource) --fallback serves
+    by_fallback: set[tuple[str, str]] = field(default_factory=set)  # (vertex key, run resource) its fallback serves
 
     def fingerprint(self, v: Vertex, run_name: str, fp: str) -> str:
         """The resource fingerprint ``v``'s node is keyed by: ``fp`` (a routed pair's is its
-        primary's), except where ``--fallback`` serves ``v``: then the fallback's own key. The two
+        primary's), except where the fallback serves ``v``: then the fallback's own key. The two
         backends give different fields (vLLM's token statistics carry no mu/var), so a node one
         computed is never reused where the planner chose the other."""
         chosen = self.serving.get((v.key, run_name))
@@ -125,8 +125,14 @@ def _split(graph: Graph, v: Vertex, local: str, run_name: str, model: Routed) ->
 def _way_out(run_name: str, routed: bool) -> str:
     if routed:
         return "drop it, or give a fallback that serves it"
-    prefix = run_name[: -len("model")].replace("_", "-") if run_name.endswith("model") else f"{run_name}-"
-    return f"drop it, or add --{prefix}fallback hf:DIR"
+    return f"drop it, or add {fallback_arg(run_name)}"
+
+
+def fallback_arg(run_name: str, value: str = "hf:DIR") -> str:
+    """How a user gives the run resource ``run_name`` a fallback: ``--model-arg fallback=hf:DIR``
+    for ``model``, ``--model-arg retain:fallback=hf:DIR`` for ``retain_model``."""
+    role = run_name.removesuffix("_model") if run_name != "model" else ""
+    return f"--model-arg {role + ':' if role else ''}fallback={value}"
 
 
 def plan(graph: Graph, resources: Any) -> Plan:

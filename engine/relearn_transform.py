@@ -13,7 +13,7 @@ checkpoint is. What this module adds to the training:
   scores the split's other half (:meth:`Relearn.scored`), Deeb & Roger's separation of recovered
   knowledge from retraining on the test items.
 * the weights: a relearn trains once. Its weights are stored in the running cache
-  (``cache/weights.py``) under the derived model's fingerprint -- the parent's fingerprint, this
+  (``cache/weights.py``; found in a ``--cache-read-from`` layer too, and loaded from there) under the derived model's fingerprint -- the parent's fingerprint, this
   transform's name, version and recipe, the training rows' fingerprint -- a LoRA relearn's adapter
   only. A later run whose answers are cached loads nothing (the executor never asks for the
   model); one that needs new answers loads the stored weights and trains nothing.
@@ -35,8 +35,7 @@ from typing import Any
 
 from .adapters.base import PromptTemplate
 from .adapters.hf.hf_encoder import HFEncoder
-from .cache.filehash import active_memo
-from .cache.weights import WeightStore
+from .cache.weights import CorruptWeights, WeightStore, active_weights
 from .relearn import Recipe, RecipeError, RecipeParams, disjoint_halves, encode_rows, lora_model, step_count, train, \
     training_order
 from .resources import Rows, hash_rows
@@ -158,11 +157,11 @@ class Relearn(Transform):
     def apply(self, model: Any, tokenizer: Any) -> Any:
         recipe = self.recipe
         key = self.derived_fingerprint(self._parent.fingerprint())
-        memo = active_memo()
-        store = WeightStore(memo.root, read_only=memo.read_only) if memo is not None else None
-        if store is not None and store.has(key):
+        store = active_weights()  # the running cache's (and through it a --cache-read-from layer's)
+        stored = _stored_folder(store, key)
+        if stored is not None:
             STORED_LOADS.append(key)
-            return _load_stored(model, store.checked(key), recipe)
+            return _load_stored(model, stored, recipe)
         examples = _examples(HFEncoder(tokenizer), self._rows, self._template, recipe)
         label = self._parent.label() if hasattr(self._parent, "label") else str(self._parent)
         print(f"evaldag: relearn {label}: {len(examples)} rows of {self._split_key or self.params.split}, "
@@ -194,27 +193,46 @@ class Relearn(Transform):
         return model.merge_and_unload() if recipe.mode == "lora" else model
 
 
+def _stored_folder(store: WeightStore | None, key: str) -> Path | None:
+    """The stored relearn's folder, every file checked; None: train. A damaged one (here, or in a
+    ``--cache-read-from`` layer, which this run cannot repair) is said in one line and trained again."""
+    if store is None or not store.has(key):
+        return None
+    try:
+        return store.checked(key)
+    except CorruptWeights as e:
+        print(f"evaldag: warning: {e}; the relearn trains again (evaldag cache verify --repair removes a damaged "
+              "folder)", file=sys.stderr)
+        return None
+
+
 def _original(rows: Any) -> Any:
     """The split as the benchmark made it (a disjoint run's scored half remembers it)."""
     return getattr(rows, "relearn_original", rows)
 
 
 def _split_resource(resources: dict[str, Any], split: str, text: str) -> str:
-    """The run's data resource ``split`` names (itself, or the one ending in ``_<split>``)."""
+    """The run's data resource ``split`` names: itself, the one a benchmark says answers to it
+    (``Rows.also``: MUSE's forget corpus is its ``forget``), or the one ending in ``_<split>``."""
     data = {k: v for k, v in resources.items() if isinstance(v, Rows)}
     if split in data:
         return split
-    hits = [k for k in data if k.endswith("_" + split)]
+    named = [k for k, v in data.items() if split in getattr(_original(v), "also", ())]
+    hits = named or [k for k in data if k.endswith("_" + split)]
     if len(hits) == 1:
         return hits[0]
-    short = sorted({k.split("_", 1)[1] if "_" in k else k for k in data})
     if len(hits) > 1:
         raise TransformError(f"--attack {text}: split {split!r} names several of this run's data ({', '.join(hits)}); "
                              "give the full name")
-    close = difflib.get_close_matches(split, short, n=1)
+    short = lambda k: k.split("_", 1)[1] if "_" in k else k  # noqa: E731 - tofu_forget -> forget
+    also = {a: short(k) for k, v in data.items() for a in getattr(_original(v), "also", ())}
+    default = RecipeParams.model_fields["split"].default
+    names = sorted({*map(short, data), *also})
+    shown = [f"{n} ({also[n]}{', the default' if n == default else ''})" if n in also else n for n in names]
+    close = difflib.get_close_matches(split, names, n=1)
     raise TransformError(f"--attack {text}: this run has no data split {split!r}"
                          + (f"; did you mean {close[0]}?" if close else "")
-                         + f" (its splits: {', '.join(short) or 'none'}; or give a .json/.jsonl file)")
+                         + f" (its splits: {', '.join(shown) or 'none'}; or give a .json/.jsonl file)")
 
 
 def _qa(row: dict) -> bool:

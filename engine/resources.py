@@ -58,10 +58,12 @@ class Rows:
 
     kind = "data"
 
-    def __init__(self, loader: Callable[[], list[dict]], source: str = "", limit: float | None = None):
+    def __init__(self, loader: Callable[[], list[dict]], source: str = "", limit: float | None = None,
+                 also: tuple[str, ...] = ()):
         self.loader = loader
         self.source = source
         self.limit = limit  # the first N rows, or a fraction below 1 of them (--limit)
+        self.also = also  # other split names it answers to (a relearn's split=forget: MUSE's forget corpus)
         self._rows: list[dict] | None = None
         self._fp: str | None = None
 

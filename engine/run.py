@@ -87,7 +87,8 @@ def execute(graph: Graph, rs: ResourceSet, cache: Cache, executor: Executor, ser
     t0 = time.perf_counter() if started is None else started
     deterministic = settings["deterministic"]
     cache.sweep()
-    with cache.filehash.active():  # model files are hashed through this cache's memo
+    # model files are hashed through this cache's memo; a derived model that trains stores its weights in it
+    with cache.filehash.active(), cache.weights.active():
         if not fingerprinted:
             graph.fingerprint(rs, execution="deterministic" if deterministic else None, served=served)
         if cache.read_only:  # refuse up front, naming the nodes, rather than fail node by node

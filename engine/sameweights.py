@@ -28,7 +28,7 @@ import numpy as np
 
 from .backend import ModelResource, Routed
 from .graph import Graph, Vertex
-from .planner import Plan, PlanError, model_resources
+from .planner import Plan, PlanError, fallback_arg, model_resources
 from .requests import Generate, GenerationSettings, Request, TokenStats
 
 PROBE_ROWS = 8  # requests per scorer the fallback serves
@@ -39,10 +39,6 @@ GREEDY_DISAGREE = 0.25  # largest share of probe rows whose greedy continuations
 
 class FallbackMismatch(PlanError):
     """A ``--fallback`` that is not (or cannot be shown to be) the primary's model."""
-
-
-def _flag(run_name: str) -> str:
-    return "--fallback" if run_name == "model" else "--" + run_name.removesuffix("model").replace("_", "-") + "fallback"
 
 
 def _rows(graph: Graph, plan: Plan, run_name: str, inputs: Callable[[Vertex], dict]) -> list[tuple[Vertex, list[Request]]]:
@@ -105,12 +101,12 @@ def prove(graph: Graph, plan: Plan, resources: Any, serve: Callable[[list], list
         if run_name not in used:
             proofs[run_name] = {"fallback": f.label(), "by": "unused"}
             continue
-        both = f"{_flag(run_name)} {f.label()} is not the model {p.label()}"
+        both = f"{fallback_arg(run_name, f.label())} is not the model {p.label()}"
         wp, wf = p.weights_fingerprint(), f.weights_fingerprint()
         if wp is not None and wf is not None:
             if wp != wf:
                 raise FallbackMismatch(f"{both}: their weight files differ (sha256 {wf[:12]} vs {wp[:12]}); "
-                                       f"give {_flag(run_name)} a copy of the same weights")
+                                       "give the fallback a copy of the same weights")
             proofs[run_name] = {"fallback": f.label(), "by": "weights", "weights": wp}
             continue
         probes = _rows(graph, plan, run_name, inputs)
@@ -127,14 +123,14 @@ def prove(graph: Graph, plan: Plan, resources: Any, serve: Callable[[list], list
                 gaps[v.key], rows = (_gap_greedy(serve, p, f, prompts) / GREEDY_DISAGREE, "greedy"), rows + len(prompts)
         if not gaps:
             raise FallbackMismatch(f"{both}, or cannot be shown to be: {p.label()} serves neither log-probs nor generation "
-                                   f"for a probe of the rows the fallback would score; drop {_flag(run_name)}")
+                                   "for a probe of the rows the fallback would score; drop the fallback")
         key, (ratio, how) = max(gaps.items(), key=lambda kv: kv[1][0])
         if not ratio <= 1.0:
             names = ", ".join(graph._metrics_of([graph.vertices[key].label]))
             said = (f"the mean token log-prob of a row differs by up to {ratio * LOGPROB_TOLERANCE:.3g} "
                     f"(tolerance {LOGPROB_TOLERANCE})" if how == "log-probs" else
                     f"the greedy answers differ on {ratio * GREEDY_DISAGREE:.0%} of them (tolerance {GREEDY_DISAGREE:.0%})")
-            raise FallbackMismatch(f"{both}: on the first rows of {names} {said}; give {_flag(run_name)} "
+            raise FallbackMismatch(f"{both}: on the first rows of {names} {said}; give the fallback "
                                    "the same weights, or drop it")
         tol = LOGPROB_TOLERANCE if how == "log-probs" else GREEDY_DISAGREE
         proofs[run_name] = {"fallback": f.label(), "by": how, "rows": rows, "gap": round(ratio * tol, 6), "tolerance": tol}

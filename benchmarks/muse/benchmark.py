@@ -33,10 +33,16 @@ def with_icl(cfg: MuseConfig) -> MuseConfig:
     return cfg.model_copy(update=update) if update else cfg
 
 
+#: the split a relearn's ``split=forget`` (its default) trains on: the forget corpus's text, as
+#: the relearning work on MUSE fine-tunes on forget-set text (privleak's forget rows are that text)
+FORGET_CORPUS = "muse_privleak_forget"
+
+
 def muse_resources(cfg: MuseConfig) -> dict[str, Any]:
     """The splits (lazy :class:`Rows`); the retain logs and models are added by the base class."""
     source = cfg.source
-    return {name: Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}", limit=cfg.limit)
+    return {name: Rows(lambda c=config, s=split: load_muse_split(source, c, s), f"{source}:{config}/{split}", limit=cfg.limit,
+                       also=("forget",) if name == FORGET_CORPUS else ())
             for name, (config, split) in SPLIT_RESOURCES.items()}
 
 

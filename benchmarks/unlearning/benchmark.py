@@ -29,6 +29,7 @@ from ..uncertainty import add_bootstrap_arguments, bootstrap_options
 from . import report
 from .classifier import add_classifier_arguments, classifier_options, classifier_resource, gated
 from .eval_logs import EvalLogs, load_eval_logs
+from .serves import note, servable
 
 
 @functools.cache
@@ -74,10 +75,14 @@ class UnlearningBenchmark(Benchmark):
         """``--<name>-data``, ``--<name>-retain-logs`` and whatever else is the benchmark's own."""
 
     def config_from_args(self, args: argparse.Namespace) -> Any:
-        """Model options, metrics, data and retain logs read alike (``--<name>-X`` before ``--X``)."""
+        """Model options, metrics, data and retain logs read alike (``--<name>-X`` before ``--X``);
+        what ``--metrics all`` left out is said here, once per run."""
+        metrics, left = self._served(args)
+        if left and not getattr(args, "quiet", False):
+            print(note(self.group, left), file=sys.stderr)
         return self.Config(
             **common.model_options(args),
-            metrics=self.metrics_from_args(args),
+            metrics=metrics,
             data=common.bench_option(args, self.name, "data"),
             retain_logs=common.retain_logs_file(common.bench_option(args, self.name, "retain_logs"), self.group),
             limit=getattr(args, "limit", None),
@@ -91,8 +96,17 @@ class UnlearningBenchmark(Benchmark):
         )
 
     def metrics_from_args(self, args: argparse.Namespace) -> tuple[str, ...]:
-        """The menu's names; ``all`` brings the gibberish metrics only with --classifier-model."""
-        return gated(super().metrics_from_args(args), getattr(args, "metrics", None), bool(getattr(args, "classifier_model", None)))
+        """The menu's names; ``all`` brings only what the run's models and logs can serve
+        (``serves.py``); the gibberish metrics come only with --classifier-model."""
+        return self._served(args)[0]
+
+    def _served(self, args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(the metrics, {what ``all`` left out: the flags that serve it})."""
+        words = getattr(args, "metrics", None)
+        given = {k: getattr(args, k, None) for k in ("reference_model", "retain_model", "classifier_model")}
+        given["retain_logs"] = common.bench_option(args, self.name, "retain_logs")
+        names, left = servable(super().metrics_from_args(args), words, given)
+        return gated(names, words, bool(given["classifier_model"])), left
 
     def own_config(self, args: argparse.Namespace) -> dict[str, Any]:
         """The Config fields only this benchmark has, from its own flags."""

@@ -21,6 +21,7 @@ from ...engine.adapters.model_args import DeprecatedFlag
 from ...engine.argtypes import positive_int
 from ...engine.option_owners import add_shared
 from .. import common
+from .serves import servable
 
 #: the metrics that read ``classifier_model``, in every unlearning benchmark
 CLASSIFIER_METRICS = frozenset({"forget_Q_A_gibberish", "forget_gibberish"})
@@ -88,14 +89,17 @@ class ClassifierOptions(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _all_without_classifier(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("classifier_model") and cls.menu:
+    def _all_is_what_the_run_serves(cls, data: Any) -> Any:
+        """``metrics="all"`` as the CLI reads it (``serves.py``): without a classifier, a reference or
+        retain model, the metrics that need one are left out (the CLI says which in a note)."""
+        if isinstance(data, dict) and cls.menu:
             words = data.get("metrics")
             if isinstance(words, str):
                 words = (words,)
             if isinstance(words, (tuple, list)) and words and all(isinstance(w, str) for w in words):
-                names = common.menu_metrics(cls.menu, tuple(words))
-                data = {**data, "metrics": gated(names, ",".join(words), False)}
+                text = ",".join(words)
+                names, _ = servable(common.menu_metrics(cls.menu, tuple(words)), text, data)
+                data = {**data, "metrics": gated(names, text, bool(data.get("classifier_model")))}
         return data
 
     @model_validator(mode="after")
@@ -139,7 +143,7 @@ def check_classifier(path: str, class_id: int) -> None:
     n = len(labels) if isinstance(labels, dict) and labels else int(cfg.get("num_labels", 2))
     if not 0 <= class_id < n:
         names = ", ".join(f"{k}: {v}" for k, v in sorted((labels or {}).items(), key=lambda kv: int(kv[0])))
-        raise ValueError(f"--classifier-class-id {class_id}: {flag} {path} has {n} labels"
+        raise ValueError(f"--model-arg classifier:class_id={class_id}: {flag} {path} has {n} labels"
                          + (f" ({names})" if names else f" (0..{n - 1})"))
     if not common.has_tokenizer(folder):
         raise ValueError(f"{flag} {path}: no tokenizer in {path}")

@@ -82,6 +82,18 @@ def pair_text(role: str, key: str, value: Any) -> str:
     return f"{'' if role == DEFAULT_ROLE else role + ':'}{key}={value}"
 
 
+def role_of(flag: str) -> str:
+    """The ``ROLE:`` of ``--model-arg`` for a model flag: ``--retain-model`` -> ``retain``, ``--model`` -> ``model``."""
+    word = flag.removeprefix("--")
+    return word.removesuffix("-model") if word.endswith("-model") else word
+
+
+def model_arg(flag: str, key: str, value: Any) -> str:
+    """The setting ``key`` of the model that ``flag`` names, as a message tells the user to give it:
+    ``model_arg("--retain-model", "adapter_base", "DIR")`` -> ``--model-arg retain:adapter_base=DIR``."""
+    return f"{FLAG} {pair_text(role_of(flag), key, value)}"
+
+
 class DeprecatedAlias(argparse.Action):
     """An old spelling of one ``--model-arg`` pair (``--retain-tokenizer DIR`` is
     ``--model-arg retain:tokenizer=DIR``): the pair goes into ``--model-arg``'s list, and the

@@ -33,7 +33,8 @@ def parse_max_memory(text: str | None) -> dict[Any, str] | None:
     for part in text.split(","):
         m = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*", part, flags=re.IGNORECASE)
         if not m:
-            raise ValueError(f"--max-memory wants DEVICE=SIZE[,DEVICE=SIZE...] (e.g. 0=20GiB,cpu=64GiB), got {part!r}")
+            raise ValueError(f"max_memory (--model-arg max_memory=...) wants DEVICE=SIZE[,DEVICE=SIZE...] "
+                             f"(e.g. 0=20GiB,cpu=64GiB), got {part!r}")
         dev = m.group(1)
         out[int(dev) if dev.isdigit() else dev] = m.group(2).replace(" ", "")
     return out

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..backend import BACKEND_GROUP, Routed, backend_factory
 from .hf.hf_backend import from_spec as hf_from_spec
-from .model_args import FLAG, pair_text
+from .model_args import FLAG, pair_text, role_of
 from .vllm.vllm_lora import from_spec as vllm_from_spec
 from .openai.openai_model import from_spec as openai_from_spec
 
@@ -165,12 +165,6 @@ def _parameters(factory: Any) -> tuple[set[str], bool]:
     named = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     names = {p.name for p in named[1:]} if named and named[0].kind is not named[0].KEYWORD_ONLY else {p.name for p in named}
     return names - {"model_args"}, "model_args" in names
-
-
-def role_of(flag: str) -> str:
-    """The ``ROLE:`` of ``--model-arg`` for a model flag: ``--retain-model`` -> ``retain``, ``--model`` -> ``model``."""
-    word = flag.removeprefix("--")
-    return word.removesuffix("-model") if word.endswith("-model") else word
 
 
 def _built_in(scheme: str) -> Any:

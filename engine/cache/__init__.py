@@ -70,7 +70,7 @@ class Cache:
         self.requests = RequestStore(self.root, read_only=ro, under=RequestStore(under, read_only=True) if under else None)
         self.history = History(self.root, read_only=ro)
         self.filehash = FileHashMemo(self.root, rehash=rehash, read_only=ro)
-        self.weights = WeightStore(self.root, read_only=ro)
+        self.weights = WeightStore(self.root, read_only=ro, under=WeightStore(under, read_only=True) if under else None)
 
     @classmethod
     def open(cls, cache: "Cache | str | os.PathLike | None" = None, **kw) -> "Cache":

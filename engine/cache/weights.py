@@ -17,6 +17,12 @@ A folder is written whole or not at all: its files go into a temporary folder be
 checksum and each file's size; :meth:`WeightStore.verify` (``evaldag cache verify``) and every load
 (:meth:`WeightStore.checked`) check each file's sha256 against the manifest. No file is unpickled:
 safetensors and JSON only.
+
+A run with ``--cache-read-from OTHER`` reads trained weights through OTHER's store (``under``) as
+the node and request stores read through theirs: a key this cache lacks is looked up there, checked
+the same way, loaded from where it lies and never copied, touched or written there. The running
+cache's store is the one :func:`active_weights` returns (``run.execute`` activates it), so a
+transform that trains finds it without being handed the cache.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -60,10 +68,20 @@ def _manifest_digest(body: dict) -> str:
 class WeightStore:
     """The ``weights/`` folders under one cache root."""
 
-    def __init__(self, root: str | os.PathLike, *, read_only: bool = False):
+    def __init__(self, root: str | os.PathLike, *, read_only: bool = False, under: "WeightStore | None" = None):
         self.root = Path(root)
         self.top = self.root / FOLDER
         self.read_only = read_only
+        self.under = under  # a read-only store read where this one has no folder (--cache-read-from)
+
+    @contextmanager
+    def active(self) -> Iterator["WeightStore"]:
+        """Make this store the one :func:`active_weights` returns, for the ``with`` block."""
+        token = _active.set(self)
+        try:
+            yield self
+        finally:
+            _active.reset(token)
 
     def path(self, key: str) -> Path:
         if not _KEY.fullmatch(key):
@@ -105,15 +123,22 @@ class WeightStore:
         return body
 
     def has(self, key: str) -> bool:
+        """Stored here, or in the read-only store under this one."""
+        return self._here(key) or (self.under is not None and self.under.has(key))
+
+    def _here(self, key: str) -> bool:
         try:
             return self.manifest(key) is not None
         except CorruptWeights:
             return False
 
     def checked(self, key: str) -> Path:
-        """The folder, every file's sha256 checked against the manifest (before weights are read)."""
+        """The folder, every file's sha256 checked against the manifest (before weights are read);
+        this store's own, else the one under it."""
         body = self.manifest(key)
         if body is None:
+            if self.under is not None and self.under.has(key):
+                return self.under.checked(key)
             raise FileNotFoundError(f"no stored weights {key}")
         folder = self.path(key)
         for name, (_, digest) in body["files"].items():
@@ -129,7 +154,7 @@ class WeightStore:
         if self.read_only:
             raise OSError(f"the cache {self.root} is read-only: cannot store trained weights {key}")
         dest = self.path(key)
-        if self.has(key):
+        if self._here(key):
             return dest
         src = Path(src)
         names = sorted(p.name for p in src.iterdir() if p.is_file() and not p.is_symlink())
@@ -154,7 +179,7 @@ class WeightStore:
             try:
                 os.rename(tmp, dest)
             except OSError:
-                if self.has(key):  # another process stored the same key first: theirs stands
+                if self._here(key):  # another process stored the same key first: theirs stands
                     return dest
                 raise
             tmp = None
@@ -241,9 +266,9 @@ class WeightStore:
         """Copy one checked folder of this store into ``other`` (cache merge); False when ``other``
         has it already. A folder that fails its checks raises :class:`CorruptWeights`."""
         key = folder.name
-        if other.has(key):
+        if other._here(key):  # stored there (a layer under it does not count: merge copies for good)
             return False
-        src = self.checked(key) if not self.read_only else self._checked_readonly(key)
+        src = self.checked(key)
         body = self.manifest(key) or {}
         meta = {k: v for k, v in body.items() if k not in ("format", "key", "files", "written_at", "checksum")}
         scratch = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=other.root))
@@ -255,13 +280,13 @@ class WeightStore:
             shutil.rmtree(scratch, ignore_errors=True)
         return True
 
-    def _checked_readonly(self, key: str) -> Path:
-        body = self.manifest(key)
-        folder = self.path(key)
-        for name, (_, digest) in (body or {}).get("files", {}).items():
-            if _sha256(folder / name) != digest:
-                raise CorruptWeights(f"{folder / name}: its sha256 is not the manifest's")
-        return folder
+
+_active: ContextVar["WeightStore | None"] = ContextVar("evaldag_weights", default=None)
+
+
+def active_weights() -> "WeightStore | None":
+    """The running cache's weights store (inside :meth:`WeightStore.active`), else None."""
+    return _active.get()
 
 
 def describe(body: dict) -> str:
@@ -272,4 +297,4 @@ def describe(body: dict) -> str:
     return str(shown) + (f" ({steps} steps)" if steps is not None else "") + " [weights]"
 
 
-__all__ = ["FOLDER", "MANIFEST", "CorruptWeights", "WeightStore", "describe"]
+__all__ = ["FOLDER", "MANIFEST", "CorruptWeights", "WeightStore", "active_weights", "describe"]

@@ -163,7 +163,7 @@ class StepEvaluation:
             check_serves([self.bench], self.configs(folder),
                          dataclasses.replace(self.parsed.options, resources={"model": resource}))
         except (GraphError, OSError, ValueError) as e:  # a --fallback folder is not the weights being trained
-            line = config_error(e).replace("or add --fallback hf:DIR", "or evaluate the saved checkpoints with the CLI")
+            line = config_error(e).replace("or add --model-arg fallback=hf:DIR", "or evaluate the saved checkpoints with the CLI")
             raise ValueError(f"EvaldagCallback: {line}") from None
 
     def run(self, folder: Path, resource: Any, step: int, group: Any) -> tuple[int, Path]:

@@ -199,15 +199,16 @@ def test_bad_adapters_are_one_line_each_and_write_nothing(adapters, tmp_path, ca
     (lost / "adapter_config.json").write_text(json.dumps({**conf, "base_model_name_or_path": "nobody/no-such-base"}))
     err = _error([*run, "--model", str(lost)], capsys)
     assert f"--model {lost}: the base model 'nobody/no-such-base' (base_model_name_or_path in adapter_config.json)" in err
-    assert "--adapter-base DIR" in err
+    assert "--model-arg adapter_base=DIR" in err
     # --adapter-base: a local copy of the base, the same fingerprint as the configured base
     assert HFModel(str(lost), adapter_base=str(BASE)).fingerprint() == HFModel(str(adapters["a"])).fingerprint()
     err = _error([*run, "--model", str(lost), "--adapter-base", str(tmp_path / "nowhere")], capsys)
-    assert err == f"evaldag: error: --adapter-base {tmp_path / 'nowhere'}: no such folder"
+    assert err == f"evaldag: error: --model-arg adapter_base={tmp_path / 'nowhere'}: no such folder"
     err = _error([*run, "--model", str(BASE), "--adapter-base", str(BASE)], capsys)  # not an adapter
-    assert err == f"evaldag: error: --adapter-base: --model {BASE} is not an adapter folder (no adapter_config.json)"
+    assert err == (f"evaldag: error: --model-arg adapter_base={BASE}: --model {BASE} is not an adapter folder "
+                   "(no adapter_config.json)")
     err = _error([*run, "--model", str(adapters["a"]), "--tokenizer", str(BASE)], capsys)
-    assert "an adapter takes its tokenizer from its own folder or its base's, not --tokenizer" in err
+    assert f"an adapter takes its tokenizer from its own folder or its base's, not --model-arg tokenizer={BASE}" in err
     # no tokenizer in the adapter nor in its base (the first-hour refusal, for adapters)
     bare = tmp_path / "bare-base"
     bare.mkdir()

@@ -68,7 +68,7 @@ def test_the_retain_model_as_fallback_is_refused_in_one_line(target_server, tmp_
                  "--out", str(tmp_path / "out")], tmp_path / "cache")
     assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
     err = r.stderr.strip()
-    assert err.count("\n") == 0 and err.startswith("evaldag: error: --fallback hf:"), err
+    assert err.count("\n") == 0 and err.startswith("evaldag: error: --model-arg fallback=hf:"), err
     assert str(TINY / "retain") in err and f"openai:{target_server.url}/v1" in err and "forget_Q_A_Prob" in err
     assert "greedy answers differ on 100%" in err, err
     assert not (tmp_path / "out").exists() and not nodes_stored(tmp_path / "cache")
@@ -110,7 +110,7 @@ def test_vllm_server_keeps_what_it_can_compute_and_refuses_other_weights(server_
             "--metrics", "forget_Q_A_Prob,mia_min_k_plus_plus"]
     bad = evaldag([*base, "--fallback", f"hf:{other_weights}", "--out", str(tmp_path / "bad")], tmp_path / "c1", **key)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr[-2000:]
-    assert f"--fallback hf:{other_weights} is not the model {server}" in bad.stderr and "mean token log-prob" in bad.stderr
+    assert f"--model-arg fallback=hf:{other_weights} is not the model {server}" in bad.stderr and "mean token log-prob" in bad.stderr
     assert not (tmp_path / "bad").exists() and not nodes_stored(tmp_path / "c1")
 
     good = evaldag([*base, "--fallback", f"hf:{mdir}", "--out", str(tmp_path / "good")], tmp_path / "c2", **key)
@@ -140,6 +140,6 @@ def test_vllm_model_with_another_folders_weights_is_refused_before_any_engine_st
                        capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
     assert r.stderr.strip().splitlines() == [
-        f"evaldag: error: --fallback hf:{other_weights} is not the model vllm:{mdir}: their weight files differ "
-        f"(sha256 {r.stderr.split('sha256 ')[1][:12]} vs {r.stderr.split(' vs ')[1][:12]}); give --fallback a copy of the same weights"]
+        f"evaldag: error: --model-arg fallback=hf:{other_weights} is not the model vllm:{mdir}: their weight files differ "
+        f"(sha256 {r.stderr.split('sha256 ')[1][:12]} vs {r.stderr.split(' vs ')[1][:12]}); give the fallback a copy of the same weights"]
     assert not (tmp_path / "out").exists() and not nodes_stored(tmp_path / "cache")

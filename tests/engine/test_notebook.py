@@ -50,10 +50,14 @@ def test_tofu_config_takes_the_words_the_cli_takes():
     from evaldag.benchmarks.unlearning.classifier import CLASSIFIER_METRICS
 
     menu = TofuBenchmark().metric_menu()
-    # `all` as the CLI reads it: the gibberish metric only with a classifier
-    without = tuple(m for m in menu.all if m not in CLASSIFIER_METRICS)
-    assert TofuConfig(metrics=("all",)).metrics == without and len(without) == len(menu.all) - 1
-    assert TofuConfig(metrics=("all",), classifier_model="clf").metrics == menu.parse("all", bench="tofu") == tuple(menu.all)
+    # `all` as the CLI reads it: the gibberish metric only with a classifier, mia_reference only with a
+    # reference (or retain) model
+    without = tuple(m for m in menu.all if m not in CLASSIFIER_METRICS and m != "mia_reference")
+    assert TofuConfig(metrics=("all",)).metrics == without and len(without) == len(menu.all) - 2
+    assert "mia_reference" in TofuConfig(metrics=("all",), retain_model="r").metrics
+    assert "mia_reference" in TofuConfig(metrics=("all", "mia_reference")).metrics  # named outright: kept (and refused at run)
+    assert TofuConfig(metrics=("all",), classifier_model="clf", reference_model="ref").metrics == \
+        menu.parse("all", bench="tofu") == tuple(menu.all)
     assert TofuConfig(metrics=("forget_quality", "mia")).metrics == ("forget_quality", *MIA_METRICS)
     assert TofuConfig(metrics="default").metrics == menu.default
     assert MuseConfig(metrics=("mia",)).metrics == MIA_METRICS

@@ -58,7 +58,7 @@ def test_bad_server_input_is_one_line_exit_2_nothing_written(case, server_model,
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("evaldag: error: "), r.stderr
     want = {"401": "answered 401 (not authorized): the key in $OPENAI_API_KEY was refused",
             "no-key": "the key in $EVALDAG_NO_SUCH_KEY is not set",
-            "served": "does not serve 'nope' (it serves: tiny); fix --served-model",
+            "served": "does not serve 'nope' (it serves: tiny); give one of them: --model-arg served_model=NAME",
             "tokenizer": "disagrees with", "scheme": "unknown model scheme 'vlm'",
             "unreachable": "no server answers"}[case]
     assert want in lines[0]

@@ -138,13 +138,13 @@ def test_served_model_not_on_the_server(stub):
     _, url = stub({"/v1/models": [(200, {"data": [{"id": "llama-a"}, {"id": "llama-b"}]}, 0)]})
     with pytest.raises(BackendError) as e:
         OpenAIModel(url, tokenizer="unused", served="nope").check()
-    assert str(e.value) == f"openai:{url} does not serve 'nope' (it serves: llama-a, llama-b); fix --served-model"
-    with pytest.raises(BackendError, match=r"serves several models \(llama-a, llama-b\): pick one with --served-model NAME"):
+    assert str(e.value) == f"openai:{url} does not serve 'nope' (it serves: llama-a, llama-b); give one of them: --model-arg served_model=NAME"
+    with pytest.raises(BackendError, match=r"serves several models \(llama-a, llama-b\): pick one with --model-arg served_model=NAME"):
         OpenAIModel(url, tokenizer="unused").check()
 
 
 def test_openai_spec_needs_a_tokenizer_and_an_http_url():
-    with pytest.raises(BackendError, match=r"needs --tokenizer DIR\|ID"):
+    with pytest.raises(BackendError, match=r"needs a local tokenizer that builds the prompts: --model-arg tokenizer=DIR\|ID"):
         spec.resolve("openai:http://127.0.0.1:9/v1")
     with pytest.raises(BackendError, match="must be an http:// or https:// URL"):
         spec.resolve("openai:localhost:8000", tokenizer="t")

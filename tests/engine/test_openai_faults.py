@@ -186,7 +186,7 @@ def test_credentials_in_the_url_and_a_key_variable_are_refused_together(tmp_path
         url = s.url.replace("http://", "http://u:PASS-1234@")
         r = run("", tmp_path, "--api-key-env", "MY_KEY", model=f"openai:{url}/v1")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        f"evaldag: error: openai:http://***@127.0.0.1:{s.port}/v1: credentials in the URL and --api-key-env MY_KEY: "
+        f"evaldag: error: openai:http://***@127.0.0.1:{s.port}/v1: credentials in the URL and api_key_env=MY_KEY (--model-arg): "
         "give one (the URL's user info is sent as basic auth, the key as a bearer token)"], r.stderr
 
 

@@ -109,5 +109,5 @@ def test_min_k_plus_plus_is_refused_before_anything_runs(server_model, vllm_serv
         run(nodes, {**resources, "model": oa}, cache=tmp_path / "c", init_cache=True)
     assert str(e.value).startswith(f"mia_min_k_plus_plus needs full-vocabulary log-prob statistics")
     assert f"{oa.spec} gives token statistics with the chosen token's log-prob and the greedy token (argmax) only" in str(e.value)
-    assert str(e.value).endswith("drop it, or add --fallback hf:DIR")
+    assert str(e.value).endswith("drop it, or add --model-arg fallback=hf:DIR")
     assert vllm_server.prompt_tokens() == before and not (tmp_path / "c").exists()

@@ -64,7 +64,7 @@ def test_planner_refuses_token_statistics_then_fallback_serves_them(served, serv
     with pytest.raises(PlanError) as e:
         tofu(mdir, served, "forget_Q_A_Prob", tmp_path / "refused")
     msg = str(e.value)
-    assert "\n" not in msg and f"{served.spec} gives generation" in msg and "add --fallback hf:DIR" in msg
+    assert "\n" not in msg and f"{served.spec} gives generation" in msg and "add --model-arg fallback=hf:DIR" in msg
     assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").rglob("*.safetensors"))
 
     routed = spec.resolve(f"openai:{serve_server.url}/v1", tokenizer=str(tdir), fallback=str(mdir))

@@ -99,11 +99,11 @@ def test_unknown_served_model_and_disagreeing_tokenizer(vllm_server, server_mode
     _, tdir = server_model
     with pytest.raises(BackendError) as e:
         OpenAIModel(vllm_server.url, tokenizer=str(tdir), served="nope").check()
-    assert str(e.value) == f"openai:{vllm_server.url} does not serve 'nope' (it serves: tiny); fix --served-model"
+    assert str(e.value) == f"openai:{vllm_server.url} does not serve 'nope' (it serves: tiny); give one of them: --model-arg served_model=NAME"
     with pytest.raises(BackendError) as e:
         OpenAIModel(vllm_server.url, tokenizer=str(TINY_LLAMA / "target"), served="tiny").check()
     msg = str(e.value)
-    assert msg.startswith(f"--tokenizer {TINY_LLAMA / 'target'} disagrees with openai:{vllm_server.url}'s tokenizer: 'The capital of France is' is [")
+    assert msg.startswith(f"tokenizer={TINY_LLAMA / 'target'} (--model-arg) disagrees with openai:{vllm_server.url}'s tokenizer: 'The capital of France is' is [")
     assert "\n" not in msg
 
 

@@ -174,7 +174,7 @@ def test_refusal_is_one_line_exit_2_and_nothing_written(limited, tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         "evaldag: error: limbench_minkpp needs full-vocabulary log-prob statistics; limited:3 gives token statistics "
-        "with the chosen token's log-prob and the greedy token (argmax) only, generation: drop it, or add --fallback hf:DIR"]
+        "with the chosen token's log-prob and the greedy token (argmax) only, generation: drop it, or add --model-arg fallback=hf:DIR"]
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
@@ -234,7 +234,7 @@ def test_plan_names_every_metric_and_what_is_missing(tmp_path):
         run(graph, {"model": ToyModel(), "retain_model": _Limited(), "data": [1]}, cache_dir=tmp_path / "c")
     assert str(e.value) == (
         "planner_greedy needs the greedy token (argmax), planner_minkpp needs full-vocabulary log-prob statistics; "
-        "limited:0 gives token statistics with the chosen token's log-prob only: drop them, or add --retain-fallback hf:DIR")
+        "limited:0 gives token statistics with the chosen token's log-prob only: drop them, or add --model-arg retain:fallback=hf:DIR")
     assert not (tmp_path / "c").exists()
 
 

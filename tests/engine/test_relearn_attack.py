@@ -135,3 +135,65 @@ def test_lora_relearn_stores_only_its_adapter(tmp_path):
     assert again.returncode == 0, again.stderr
     assert (len(relearn.TRAINER_RUNS), len(relearn_transform.STORED_LOADS)) == (trained, stored + 1)
     assert _summary(tmp_path / "out2" / "attacks" / "relearn_mode=lora,lr=1e-3") == attacked
+
+
+def test_weights_stored_in_a_read_from_layer_load_from_there_and_nothing_is_written_to_it(tmp_path):
+    spec, folder = "relearn", "attacks/relearn"
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["run", "tofu", "--model", TARGET, "--data", DATA, "--metrics", "forget_Q_A_Prob", "--attack", spec, "--no-progress"]
+    cold = run_cli([*args, "--cache-dir", a, "--out", tmp_path / "out"])
+    assert cold.returncode == 0, cold.stderr
+    (key,) = [d.name for d in Cache(a, inspect=True).weights.entries()]
+    import shutil
+
+    for sub in ("objects", "requests", "index"):  # A keeps only the trained weights: B's run needs the model
+        shutil.rmtree(a / sub, ignore_errors=True)
+    manifest = Cache(a, inspect=True).weights.path(key) / "manifest.json"
+    used = manifest.stat().st_mtime_ns
+    trained, stored = len(relearn.TRAINER_RUNS), len(relearn_transform.STORED_LOADS)
+    warm = run_cli([*args, "--cache-dir", b, "--cache-read-from", a, "--out", tmp_path / "out2"])
+    assert warm.returncode == 0, warm.stderr
+    assert (len(relearn.TRAINER_RUNS), relearn_transform.STORED_LOADS[stored:]) == (trained, [key])  # loaded from A, not trained
+    assert _summary(tmp_path / "out2" / folder) == _summary(tmp_path / "out" / folder)
+    assert list(Cache(b, inspect=True).weights.entries()) == []  # read through, not copied
+    assert manifest.stat().st_mtime_ns == used  # the read-only layer is not touched
+
+    # a damaged file in the read-only layer is found by its checksum before any weight is read: said, trained again here
+    data = bytearray((manifest.parent / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (manifest.parent / "model.safetensors").write_bytes(bytes(data))
+    shutil.rmtree(b)
+    again = run_cli([*args, "--cache-dir", b, "--cache-read-from", a, "--out", tmp_path / "out3"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"evaldag: warning: {manifest.parent / 'model.safetensors'}: its sha256 is not the manifest's; " \
+           "the relearn trains again" in again.stderr
+    assert len(relearn.TRAINER_RUNS) == trained + 1 and [d.name for d in Cache(b, inspect=True).weights.entries()] == [key]
+    assert _summary(tmp_path / "out3" / folder)["forget_Q_A_Prob"] == pytest.approx(
+        _summary(tmp_path / "out" / folder)["forget_Q_A_Prob"], abs=1e-6)
+
+
+MUSE = FIX / "muse_tiny"
+
+
+def _muse(tmp_path, *extra):
+    return run_cli(["run", "muse", "--model", TARGET, "--data", MUSE, "--metrics", "mia_loss", "--cache-dir", tmp_path / "cache",
+                    "--out", tmp_path / "out", "--no-progress", *extra])
+
+
+def test_muse_relearns_on_its_forget_corpus_by_default(tmp_path):
+    r = _muse(tmp_path, "--attack", "relearn")
+    assert r.returncode == 0, r.stderr
+    assert "20 rows of muse_privleak_forget, 2 steps (1 epoch(s), batch 4 x accumulation 4, lr 2e-05, full)" in r.stderr
+    t = json.loads((tmp_path / "out" / "attacks" / "relearn" / "run.json").read_text())
+    t = t["provenance"]["resources"]["model"]["derived"]["transform"]
+    assert (t["params"]["split"], t["rows"], t["steps"]) == ("forget", 20, 2)
+
+
+def test_a_muse_split_it_does_not_have_lists_muses_splits(tmp_path):
+    r = _muse(tmp_path, "--attack", "relearn:split=forgett")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "evaldag: error: --attack relearn:split=forgett: this run has no data split 'forgett'; did you mean forget? "
+        "(its splits: forget (privleak_forget, the default), knowmem_forget_qa, knowmem_retain_qa, privleak_forget, "
+        "privleak_holdout, verbmem_forget; or give a .json/.jsonl file)"), r.stderr
+    assert not (tmp_path / "out").exists()

@@ -223,7 +223,7 @@ def test_bad_input_in_the_vllm_venv_is_one_line(both):
         lines = r["stderr"].strip().splitlines()
         assert r["code"] == 2 and len(lines) == 1 and lines[0].startswith("evaldag: error: "), r
         assert want in lines[0] and not r["wrote"]
-    assert "add --fallback hf:DIR" in got["plan"]["stderr"]
+    assert "add --model-arg fallback=hf:DIR" in got["plan"]["stderr"]
 
 
 # ----------------------------------------------------------------------------- without vLLM

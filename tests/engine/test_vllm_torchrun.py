@@ -127,7 +127,7 @@ def test_tensor_parallel_under_torchrun_is_one_line(server_model, monkeypatch):
     mdir = server_model[0]
     with pytest.raises(vllm_model.VLLMSpecError) as e:
         vllm_model.VLLMModel(str(mdir), dtype="fp32", tensor_parallel_size=2)
-    assert str(e.value) == (f"--model vllm:{mdir}: --tensor-parallel-size 2 under torchrun: each rank serves its own "
+    assert str(e.value) == (f"--model vllm:{mdir}: --model-arg tensor_parallel_size=2 under torchrun: each rank serves its own "
                             "share with its own engine on its own device; use 1 there, or run without torchrun "
                             "(vLLM then starts its tensor-parallel workers itself)")
     monkeypatch.setenv("WORLD_SIZE", "1")

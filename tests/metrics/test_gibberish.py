@@ -169,7 +169,7 @@ def test_bad_input_one_line_each(tmp_path, classifier, capsys):
     _one_line(evaldag(capsys, *base, "--metrics", "forget_Q_A_gibberish", "--classifier-model", causal),
               f"--classifier-model {causal}", "LlamaForCausalLM, not a sequence classifier")
     _one_line(evaldag(capsys, *base, "--metrics", "forget_Q_A_gibberish", "--classifier-model", classifier, "--classifier-class-id", "2"),
-              "--classifier-class-id 2", "has 2 labels (0..1)")
+              "--model-arg classifier:class_id=2", "has 2 labels (0..1)")
     nopad = _classifier(tmp_path / "nopad", pad=False)
     _one_line(evaldag(capsys, *base, "--metrics", "forget_Q_A_gibberish", "--classifier-model", nopad), "tokenizer has no pad token")
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()

@@ -173,8 +173,8 @@ def test_planner_refuses_a_backend_without_full_logits(setup, cache_dir):
 
     tmp, module, cfg = setup
     with pytest.raises(PlanError, match=r"^TopTokenChanged\.pre_intervention_hook needs full-vocabulary logits; toy:0 gives "
-                                        r".* or add --base-fallback hf:DIR; TopTokenChanged needs full-vocabulary logits; .*"
-                                        r"or add --fallback hf:DIR$"):
+                                        r".* or add --model-arg base:fallback=hf:DIR; TopTokenChanged needs full-vocabulary logits; .*"
+                                        r"or add --model-arg fallback=hf:DIR$"):
         run([module.TopTokenChanged.metric().named("TopTokenChanged", "EDITING")],
             {"model": ToyModel(), "base_model": ToyModel(), "edits": load_edits()[:1]}, cache_dir=str(cache_dir))
     assert _stored_kinds(cache_dir) == {}  # refused before anything was stored

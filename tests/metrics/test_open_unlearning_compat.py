@@ -285,7 +285,7 @@ def test_the_planner_refuses_a_model_calling_handler_on_another_backend():
         plan(Graph([node]), ResourceSet({"model": ToyModel(), "tofu_forget": Rows(lambda: [{"q": 1}], "x")}))
     assert str(e.value) == (
         "vocab needs a loaded Hugging Face model to hand to an open-unlearning handler that calls `model` (such a "
-        f"handler runs only on an hf: model); toy:0 gives {ToyModel().capabilities().gives()}: drop it, or add --fallback hf:DIR")
+        f"handler runs only on an hf: model); toy:0 gives {ToyModel().capabilities().gives()}: drop it, or add --model-arg fallback=hf:DIR")
 
 
 def test_a_handler_that_reads_only_pre_compute_is_an_aggregator():

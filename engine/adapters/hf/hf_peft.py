@@ -35,6 +35,7 @@ from . import ADAPTER_CLASS, ADAPTER_CONFIG, HFModel, _check_rows, _digest, _ens
 from .hf_adapter import HFAdapter
 from .hf_encoder import HFEncoder
 from ..integrity import FolderSnapshot, model_files, model_names
+from ..model_args import model_arg
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 # LoRA-wrapped projections whose input (lora_A's columns) or output (lora_B's rows) is the
@@ -72,12 +73,12 @@ def resolve_base(folder: str | os.PathLike, adapter_base: str | None = None, fla
     that must be in the local cache when offline)."""
     if adapter_base is not None:
         if not Path(adapter_base).expanduser().is_dir():
-            raise AdapterError(f"--adapter-base {adapter_base}: no such folder")
+            raise AdapterError(f"{model_arg(flag, 'adapter_base', adapter_base)}: no such folder")
         return str(adapter_base)
     name = adapter_config(folder).get("base_model_name_or_path")
     if not isinstance(name, str) or not name.strip():
         raise AdapterError(f"{flag} {folder}: {ADAPTER_CONFIG} names no base_model_name_or_path; "
-                           f"pass --adapter-base DIR (the base checkpoint)")
+                           f"pass {model_arg(flag, 'adapter_base', 'DIR')} (the base checkpoint)")
     if Path(name).expanduser().is_dir():
         return name
     if not name.startswith((".", "/", "~")) and name.count("/") <= 1:  # a hub id: in the local cache?
@@ -92,7 +93,7 @@ def resolve_base(folder: str | os.PathLike, adapter_base: str | None = None, fla
             return name  # downloaded at load time
     raise AdapterError(f"{flag} {folder}: the base model {name!r} (base_model_name_or_path in {ADAPTER_CONFIG}) is "
                        f"not a local folder{' nor in the Hugging Face cache (offline)' if _offline() else ''}; "
-                       f"pass --adapter-base DIR with a local copy of the base")
+                       f"pass {model_arg(flag, 'adapter_base', 'DIR')} with a local copy of the base")
 
 
 def has_tokenizer(folder: Path) -> bool:
@@ -294,10 +295,11 @@ def check_adapter(folder: str | os.PathLike, adapter_base: str | None, flag: str
     the base is found, the adapter fits a local base (:func:`check_shapes`); returns the base
     (a folder or a cached hub id)."""
     if not is_adapter_dir(folder):
-        raise AdapterError(f"--adapter-base: {flag} {folder} is not an adapter folder (no {ADAPTER_CONFIG})")
+        raise AdapterError(f"{model_arg(flag, 'adapter_base', adapter_base)}: {flag} {folder} is not an adapter folder "
+                           f"(no {ADAPTER_CONFIG})")
     if tokenizer is not None:
         raise AdapterError(f"{flag} {folder}: an adapter takes its tokenizer from its own folder or its base's, "
-                           "not --tokenizer")
+                           f"not {model_arg(flag, 'tokenizer', tokenizer)}")
     require_peft(f"{flag} {folder}")
     base = resolve_base(folder, adapter_base, flag)
     if Path(base).expanduser().is_dir():  # the adapter's shapes against its base's hidden size

@@ -142,7 +142,8 @@ class OpenAIModel(ModelResource):
         """Raise :class:`BackendError` (one line) when the server cannot be used as given; the
         checks' retries are not said (their failure is that one line, nothing before it)."""
         if not self.tokenizer:
-            raise BackendError(f"{self.spec} needs --tokenizer DIR|ID: the local tokenizer that builds the prompts")
+            raise BackendError(f"{self.spec} needs a local tokenizer that builds the prompts: --model-arg tokenizer=DIR|ID "
+                               "(retain:tokenizer=... for the retain model)")
         say, self.client.say = self.client.say, lambda line: None
         try:
             return self._check()
@@ -160,15 +161,15 @@ class OpenAIModel(ModelResource):
         served = self._served_arg
         if served is None:
             if len(ids) > 1:
-                raise BackendError(f"{self.spec} serves several models ({', '.join(ids)}): pick one with --served-model NAME")
+                raise BackendError(f"{self.spec} serves several models ({', '.join(ids)}): pick one with --model-arg served_model=NAME")
             served = ids[0] if ids else None
         elif ids and served not in ids:
-            raise BackendError(f"{self.spec} does not serve {served!r} (it serves: {', '.join(ids)}); fix --served-model")
+            raise BackendError(f"{self.spec} does not serve {served!r} (it serves: {', '.join(ids)}); give one of them: --model-arg served_model=NAME")
         card = next((m for m in (models or {}).get("data", []) if isinstance(m, dict) and m.get("id") == served), {})
         try:
             encoder = self.encoder()
         except Exception as e:  # noqa: BLE001 - a tokenizer that cannot load is the user's input
-            raise BackendError(f"--tokenizer {self.tokenizer}: cannot load a tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
+            raise BackendError(f"tokenizer={self.tokenizer} (--model-arg): cannot load a tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
         self._server = Server(self.spec, self.client, served, encoder)
         try:
             self._server.detect()  # a served name the server does not list (e.g. empty list) fails here
@@ -192,7 +193,7 @@ class OpenAIModel(ModelResource):
         self._server.info["tokenizer_checked"] = True
         if isinstance(remote, list) and [int(t) for t in remote] != local:
             raise BackendError(
-                f"--tokenizer {self.tokenizer} disagrees with {self.spec}'s tokenizer: {PROBE_TEXT!r} is "
+                f"tokenizer={self.tokenizer} (--model-arg) disagrees with {self.spec}'s tokenizer: {PROBE_TEXT!r} is "
                 f"{local[:12]} locally, {remote[:12]} on the server; give the served model's tokenizer")
 
     def _why(self, e: ServerError) -> str:
@@ -322,7 +323,7 @@ def from_spec(target: str, tokenizer: str | None = None, served_model: str | Non
     except ValueError as e:
         raise BackendError(f"openai:{e}") from None
     if url.user is not None and api_key_env:
-        raise BackendError(f"openai:{url.shown}: credentials in the URL and --api-key-env {api_key_env}: "
+        raise BackendError(f"openai:{url.shown}: credentials in the URL and api_key_env={api_key_env} (--model-arg): "
                            "give one (the URL's user info is sent as basic auth, the key as a bearer token)")
     try:
         settings = backend_settings(ServerSettings, model_args, "openai")

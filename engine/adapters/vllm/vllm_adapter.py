@@ -150,7 +150,8 @@ class VLLMAdapter(ModelAdapter):
         worst = max(lengths, default=0)
         if worst > self.max_model_len:
             raise VLLMError(f"{self.label}: a request needs {worst} tokens (prompt + new tokens), more than the "
-                            f"engine's max model length {self.max_model_len}; raise --max-model-len or shorten the inputs")
+                            f"engine's max model length {self.max_model_len}; raise it (--model-arg max_model_len=N, "
+                            "ROLE:max_model_len=N for another model) or shorten the inputs")
 
 
 def _stats(r: TokenStats, seq: list[int], plp: Any, label: str) -> TokenStatsResult:

