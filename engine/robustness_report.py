@@ -233,11 +233,17 @@ def robustness(before: str | Path, attacks: dict[str, str | Path], retain_before
         raise ExportError(f"{before}: no attacked runs (OUT/{ATTACKS}/<attack>/ or --attacked NAME=DIR)")
     b = read_run(before)
     rb = read_run(retain_before) if retain_before is not None else None
+    if rb is not None:
+        _same_model(rb, _models(b).get("retain_model"), f"{b.folder}'s retain model", "--retain OUT_R")
     retain_attacks = retain_attacks or {}
     scored = {}
     for name, folder in attacks.items():
+        after = read_run(folder)
+        _check_derived(after, b, None)
         ra = read_run(retain_attacks[name]) if name in retain_attacks and rb is not None else None
-        scored[name] = score_attack(name, b, read_run(folder), f, rb, ra, min_delta, n_resamples, seed, level)
+        if ra is not None:
+            _check_derived(ra, rb, after)
+        scored[name] = score_attack(name, b, after, f, rb, ra, min_delta, n_resamples, seed, level)
     return {
         "formula": f.as_dict(),
         "min_delta": min_delta,
@@ -249,6 +255,49 @@ def robustness(before: str | Path, attacks: dict[str, str | Path], retain_before
         "attacks": scored,
         "hm": _hm(scored),
     }
+
+
+def _provenance_model(run: RunValues) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's model fingerprints by role and its model resource as run.json records them ({} where absent)."""
+    try:
+        prov = json.loads((run.folder / "run.json").read_text()).get("provenance") or {}
+    except (OSError, ValueError):
+        return {}, {}
+    model = (prov.get("resources") or {}).get("model")
+    return prov.get("models") or {}, model if isinstance(model, dict) else {}
+
+
+def _models(run: RunValues) -> dict[str, Any]:
+    return _provenance_model(run)[0]
+
+
+def _same_model(run: RunValues, want: str | None, what: str, option: str) -> None:
+    """``run`` was made with the model fingerprinted ``want`` (nothing to check where either is unrecorded)."""
+    got = _models(run).get("model")
+    if want and got and got != want:
+        raise ExportError(f"{run.folder}: its model ({got[:12]}) is not {what} ({want[:12]}): a folder from another "
+                          f"run? name the right one ({option}) or rerun")
+
+
+def _check_derived(after: RunValues, before: RunValues, twin: RunValues | None) -> None:
+    """An attacked run was derived from ``before``'s model -- a stale ``attacks/`` folder left by an
+    earlier run on another model is refused, not scored -- and, for the retain model's relearned run,
+    by the same recipe and data as the unlearned model's (``twin``): R's control must be relearned alike."""
+    derived = _provenance_model(after)[1].get("derived")
+    if not isinstance(derived, dict):
+        return  # a folder of weights named by hand (--attacked NAME=DIR): nothing recorded to check
+    parent = _models(before).get("model")
+    if parent and derived.get("parent") and derived["parent"] != parent:
+        raise ExportError(f"{after.folder}: derived from model {derived['parent'][:12]}, not from {before.folder}'s "
+                          f"model ({parent[:12]}): a folder left by an earlier run? rerun the attack or remove it")
+    other = _provenance_model(twin)[1].get("derived") if twin is not None else None
+    if isinstance(other, dict):
+        mine = (derived.get("spec"), (derived.get("transform") or {}).get("data"))
+        theirs = (other.get("spec"), (other.get("transform") or {}).get("data"))
+        if mine != theirs:
+            raise ExportError(f"{after.folder}: the retain model was attacked by {mine[0]!r} on data {mine[1]}, the "
+                              f"unlearned model ({twin.folder}) by {theirs[0]!r} on data {theirs[1]}: R's control must "
+                              f"be relearned by the same recipe on the same rows")
 
 
 def write(path: str | Path, data: dict[str, Any]) -> Path:

@@ -24,9 +24,13 @@ from ..robustness_report import FILE, attacked_folders, control_folder, render, 
 
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    """NAME=DIR pairs; an attack's folder name holds ``=`` itself (``relearn_lr=1e-3``), so the split is at
+    the first ``=`` after which an existing folder is named (else the first ``=``)."""
     out = {}
     for v in values or []:
-        name, sep, folder = v.partition("=")
+        cuts = [i for i, c in enumerate(v) if c == "="]
+        at = next((i for i in cuts if Path(v[i + 1:]).is_dir()), cuts[0] if cuts else -1)
+        name, sep, folder = (v[:at], "=", v[at + 1:]) if at >= 0 else (v, "", "")
         if not sep or not name or not folder:
             raise ExportError(f"{flag} {v!r}: expected NAME=DIR (an attack's name and its run folder)")
         out[name] = folder

@@ -143,3 +143,24 @@ def test_plan_only_plans_the_control_and_writes_nothing(tmp_path):
     assert proc.stdout.count("plan: model work on model (") == 4
     assert proc.stdout.count(f"plan: model work on model ({RETAIN})") == 2
     assert "warning" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_robustness_refuses_a_stale_attack_folder_a_wrong_control_and_a_control_relearned_otherwise(tmp_path):
+    """What an attacked folder's run.json records (the derived model's parent, the recipe, the data) must
+    match the runs it is scored against: a folder left by a run on another model is not scored."""
+    assert _run(tmp_path, TARGET, "unl", "c", "--attack", QUANT, "--attack", RELEARN, "--no-control").returncode == 0
+    assert _run(tmp_path, RETAIN, "ret", "c", "--attack", QUANT, "--attack", "relearn:lr=2e-3", "--no-control").returncode == 0
+    (qdir,) = [p.name for p in (tmp_path / "unl" / "attacks").iterdir() if p.name.startswith("quantize")]
+    ok = run_cli(["robustness", tmp_path / "unl"])
+    assert ok.returncode == 0, ok.stderr
+    stale = run_cli(["robustness", tmp_path / "unl", "--attacked", f"{qdir}={tmp_path / 'ret' / 'attacks' / qdir}"])
+    assert stale.returncode == 2
+    assert stale.stderr.startswith(f"evaldag: error: {tmp_path / 'ret' / 'attacks' / qdir}: derived from model "), stale.stderr
+    assert "not from " + str(tmp_path / "unl") in stale.stderr and "a folder left by an earlier run?" in stale.stderr
+    wrong = run_cli(["robustness", tmp_path / "unl", "--retain", tmp_path / "unl"])  # the unlearned run as its own control
+    assert wrong.returncode == 2 and f"is not {tmp_path / 'unl'}'s retain model" in wrong.stderr, wrong.stderr
+    other = run_cli(["robustness", tmp_path / "unl", "--retain", tmp_path / "ret",
+                     "--retain-attacked", f"{RELEARN_DIR}={tmp_path / 'ret' / 'attacks' / 'relearn_lr=2e-3'}"])
+    assert other.returncode == 2, other.stderr
+    assert "the retain model was attacked by 'relearn:" in other.stderr and "lr=0.002" in other.stderr
+    assert "R's control must be relearned by the same recipe on the same rows" in other.stderr
