@@ -35,7 +35,7 @@ import numpy as np
 
 from .export import ExportError, run_folders
 from .robustness import DEFAULT_FORMULA, MIN_DELTA, formula, harmonic
-from .robustness_report import RunValues, attacked_folders, read_run, score_attack
+from .robustness_report import RunValues, attacked_folders, control_folder, read_run, score_attacks
 from .uncertainty import Sample, interval
 
 FILE = "METAEVAL.json"
@@ -245,15 +245,13 @@ def metaeval(knows: Sequence[str], not_knows: Sequence[str], unlearned: Sequence
     }
     if unlearned:
         runs = [read_run(p) for p in unlearned]
-        rb = read_run(retain) if retain else None
-        retain_attacks = attacked_folders(retain) if retain else {}
-        scored = []
+        scored, controls = [], []
         for p, run in zip(unlearned, runs):
-            per = {}
-            for name, folder in attacked_folders(p).items():
-                ra = read_run(retain_attacks[name]) if name in retain_attacks else None
-                per[name] = score_attack(name, run, read_run(folder), f, rb, ra, min_delta, n_resamples, seed, level)
-            scored.append(per)
+            ctl = retain or control_folder(p)  # one named control for the pool, else each run's own OUT/control/
+            controls.append(str(ctl) if ctl else None)
+            rb = read_run(ctl) if ctl else None
+            scored.append(score_attacks(run, attacked_folders(p), rb, attacked_folders(ctl) if ctl else {}, f, min_delta,
+                                        n_resamples, seed, level))
         ref = read_run(utility_reference) if utility_reference else None
         out["robustness_formula"] = f.as_dict()
         out["filtering"] = {"threshold_filter": threshold_filter, "utility_drop": utility_drop,
@@ -262,6 +260,7 @@ def metaeval(knows: Sequence[str], not_knows: Sequence[str], unlearned: Sequence
                                     "the threshold that best separates the pool (accuracy); optionally one whose model utility "
                                     "is below (1 - utility_drop) x the reference's"}
         out["unlearned"] = [str(r.folder) for r in runs]
+        out["controls"] = controls
         out["robustness"] = pool_robustness(runs, scored, faith, threshold_filter, utility_drop, ref, n_resamples, seed, level)
     return out
 

@@ -222,6 +222,24 @@ def _hm(attacks: dict[str, dict]) -> list[dict[str, Any]]:
     return out
 
 
+def score_attacks(b: RunValues, attacks: dict[str, str | Path], rb: RunValues | None, retain_attacks: dict[str, str | Path],
+                  f: Formula, min_delta: float = MIN_DELTA, n_resamples: int = 1000, seed: int = 0,
+                  level: float = 0.95) -> dict[str, dict]:
+    """``score_attack`` for each attacked run of ``b`` (name -> folder), the control ``rb`` and its
+    attacked runs under the same names; every folder first checked against what its run.json records."""
+    if rb is not None:
+        _same_model(rb, _models(b).get("retain_model"), f"{b.folder}'s retain model", "--retain OUT_R")
+    scored = {}
+    for name, folder in attacks.items():
+        after = read_run(folder)
+        _check_derived(after, b, None)
+        ra = read_run(retain_attacks[name]) if name in retain_attacks and rb is not None else None
+        if ra is not None:
+            _check_derived(ra, rb, after)
+        scored[name] = score_attack(name, b, after, f, rb, ra, min_delta, n_resamples, seed, level)
+    return scored
+
+
 def robustness(before: str | Path, attacks: dict[str, str | Path], retain_before: str | Path | None = None,
                retain_attacks: dict[str, str | Path] | None = None, formula_name: str = DEFAULT_FORMULA,
                min_delta: float = MIN_DELTA, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
@@ -233,17 +251,7 @@ def robustness(before: str | Path, attacks: dict[str, str | Path], retain_before
         raise ExportError(f"{before}: no attacked runs (OUT/{ATTACKS}/<attack>/ or --attacked NAME=DIR)")
     b = read_run(before)
     rb = read_run(retain_before) if retain_before is not None else None
-    if rb is not None:
-        _same_model(rb, _models(b).get("retain_model"), f"{b.folder}'s retain model", "--retain OUT_R")
-    retain_attacks = retain_attacks or {}
-    scored = {}
-    for name, folder in attacks.items():
-        after = read_run(folder)
-        _check_derived(after, b, None)
-        ra = read_run(retain_attacks[name]) if name in retain_attacks and rb is not None else None
-        if ra is not None:
-            _check_derived(ra, rb, after)
-        scored[name] = score_attack(name, b, after, f, rb, ra, min_delta, n_resamples, seed, level)
+    scored = score_attacks(b, attacks, rb, retain_attacks or {}, f, min_delta, n_resamples, seed, level)
     return {
         "formula": f.as_dict(),
         "min_delta": min_delta,

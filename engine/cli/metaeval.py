@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.add_argument("--labels", metavar="FILE", help="'knows PATH' / 'does-not-know PATH' lines (instead of, or beside, the lists)")
     c.add_argument("--unlearned", nargs="+", action="extend", default=[], metavar="DIR",
                    help="unlearned checkpoints' runs, each with its attacked runs under DIR/attacks/<attack>/")
-    c.add_argument("--retain", metavar="OUT_R", help="the retain model's run (relearning's control), its attacked runs under OUT_R/attacks/")
+    c.add_argument("--retain", metavar="OUT_R", help="the retain model's run (relearning's control), its attacked runs under OUT_R/attacks/ (default: each unlearned run's own OUT/control/)")
     c.add_argument("--formula", default=DEFAULT_FORMULA, help=f"the robustness formula: {', '.join(FORMULAS)} (default {DEFAULT_FORMULA})")
     c.add_argument("--no-threshold-filter", dest="threshold_filter", action="store_false",
                    help="keep unlearned checkpoints whose metric still indicates knowledge (default: drop them, as OpenUnlearning)")

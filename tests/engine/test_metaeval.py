@@ -190,3 +190,20 @@ def test_pool_hm_of_mean_R_and_mean_Q_with_its_interval(tmp_path, pool):
     mr, mq = np.mean(R), np.mean(Q)
     assert hm["value"] == pytest.approx(2 * mr * mq / (mr + mq), abs=1e-15)
     assert hm["interval"][0] <= hm["value"] <= hm["interval"][1]
+
+
+def test_each_unlearned_runs_own_control_is_its_default(tmp_path, pool):
+    """Without --retain, each unlearned run's OUT/control/ (what one --attack run with a retain model
+    writes) is its relearning control: here each has its own D_ret, so one shared control would differ."""
+    knows, nots = pool
+    unl, R = [], []
+    for i, (b, r_after, d_ret) in enumerate([(0.2, 0.6, 0.1), (0.3, 0.5, 0.05), (0.1, 0.4, 0.2)]):
+        u = _folder(tmp_path / f"u{i}", {"forget_Q_A_Prob": b})
+        _folder(u / "attacks" / "relearn-forget", {"forget_Q_A_Prob": r_after})
+        _folder(u / "control", {"forget_Q_A_Prob": 0.2})
+        _folder(u / "control" / "attacks" / "relearn-forget", {"forget_Q_A_Prob": 0.2 + d_ret})
+        unl.append(u)
+        R.append(min(1.0, max(0.0, d_ret / (r_after - b))))
+    d = _faith(tmp_path, knows, nots, "--unlearned", *map(str, unl), "--no-threshold-filter")
+    assert d["controls"] == [str(u / "control") for u in unl]
+    assert d["robustness"]["TOFU/forget_Q_A_Prob"]["attacks"]["relearn-forget"]["value"] == pytest.approx(np.mean(R), abs=1e-15)
