@@ -175,10 +175,6 @@ def evaldag_run(args: list[str]) -> tuple[int, float, float, str]:
     return done.returncode, time.perf_counter() - wall, cpu_seconds() - cpu, done.stderr
 
 
-def summary(folder: Path) -> dict:
-    return json.loads((folder / "TOFU_SUMMARY.json").read_text())
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=20, help="rows per split of the tofu_tiny fixture (default 20)")
