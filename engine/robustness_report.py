@@ -90,7 +90,9 @@ def attacked_folders(out: str | Path) -> dict[str, Path]:
 
 def scored_indices(run: RunValues) -> list[int] | None:
     """The split's rows a run scored when a model attack scored a subset of it (a disjoint
-    relearn: the half it did not train on), as ``run.json`` records them; None: every row."""
+    relearn: the half it did not train on), as ``run.json`` records them; None: every row.
+    Only that split's metrics are scored in part: a metric whose items are the plain run's
+    own (another split's) is paired as it is."""
     try:
         meta = json.loads((run.folder / "run.json").read_text())
         got = meta["provenance"]["resources"]["model"]["derived"]["transform"].get("scored_indices")
@@ -119,7 +121,7 @@ def item_change(a: RunValues, b: RunValues, group: str, metric: str, n_resamples
     if sa is None or sb is None:
         return None
     rows = scored_indices(b)
-    if rows is not None:
+    if rows is not None and (sb.names, sb.keys) != (sa.names, sa.keys):  # the same items: another split, scored whole
         sb = _as_rows(sb, rows)
         if sb is None:
             return {"verdict": NOT_PAIRED}

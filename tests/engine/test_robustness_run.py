@@ -102,3 +102,19 @@ def test_a_disjoint_relearn_is_compared_on_the_rows_it_scored(tmp_path):
     assert p["change"]["n_items"] == {"items": len(rows)} and "unpaired_items" in p["change"]
     leak = d["TOFU/privleak"]
     assert leak["before"] is None and leak["change"]["verdict"].startswith("not comparable")
+
+
+def test_a_disjoint_relearn_pairs_another_splits_metric_on_all_its_rows(tmp_path):
+    """Only the relearn's own split is scored in part: a metric of another split (retain_Q_A_Prob)
+    has the same items before and after, so it is paired on all of them, not refused as not comparable."""
+    proc = _tofu(tmp_path, "out", "--attack", "relearn:disjoint=true", "--limit", "8",
+                 "--metrics", "forget_Q_A_Prob,retain_Q_A_Prob")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    plain = json.loads((out / "TOFU_SUMMARY.json").read_text())["retain_Q_A_Prob"]
+    after = json.loads((out / "attacks" / "relearn_disjoint=true" / "TOFU_SUMMARY.json").read_text())["retain_Q_A_Prob"]
+    items = json.loads((out / "TOFU_EVAL.json").read_text())["retain_Q_A_Prob"]["value_by_index"]
+    row = json.loads((out / "ROBUSTNESS.json").read_text())["attacks"]["relearn_disjoint=true"]["metrics"]["TOFU/retain_Q_A_Prob"]
+    assert (row["before"], row["after"]) == (plain, after) and plain != after
+    assert row["change"]["n_items"] == {"items": len(items)} and "unpaired_items" not in row["change"]
+    assert row["change"]["delta"] == pytest.approx(after - plain, abs=1e-12)
