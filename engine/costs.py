@@ -34,12 +34,19 @@ class KindCost:
     metrics: set[str] = field(default_factory=set)
 
 
-def plan_costs(graph: Graph, rs: ResourceSet) -> tuple[list[KindCost], list[str]]:
+def plan_costs(graph: Graph, rs: ResourceSet, prefix_sharing: bool = False,
+               batch_tokens: int | None = None) -> tuple[list[KindCost], list[str]]:
     """The first round of every scorer, counted per (model, kind); and the scorers whose work
     cannot be counted before running (their requests depend on their parents' values). A missing
-    resource is refused first, naming the metrics that need it (as the run refuses it)."""
+    resource is refused first, naming the metrics that need it (as the run refuses it).
+
+    A request several scorers ask for counts once (the executor serves it once), and the tokens
+    are those the model's backend will forward (``ModelResource.planned_tokens``): with
+    ``prefix_sharing`` (the run's setting) a question's context once for all its answers."""
     graph.check_resources(rs)
     costs: dict[tuple[str, str], KindCost] = {}
+    asked: dict[tuple[str, str], dict] = {}  # (model, kind) -> {request: None}, the distinct ones in order
+    served_by: dict[str, Any] = {}  # model -> its resource
     uncounted = []
     roots = set(graph.roots)
     for v in graph.order():
@@ -54,12 +61,30 @@ def plan_costs(graph: Graph, rs: ResourceSet) -> tuple[list[KindCost], list[str]
             run_name = v.bind.get(res, res)
             model = _describe(rs, run_name)
             c = costs.setdefault((model, req.kind), KindCost(model, req.kind, type(req).cost_rank))
+            c.metrics.update(named)
+            seen = asked.setdefault((model, req.kind), {})
+            key = _key(req)
+            if key in seen:
+                continue
+            seen[key] = req
+            served_by.setdefault(model, rs.get(run_name, v.label).value())
             c.sequences += 1
-            c.tokens += req.length()
             c.new_tokens += int(getattr(getattr(req, "settings", None), "max_new_tokens", 0) or 0)
             c.backward += 1 if type(req).cost_rank >= 2 else 0
-            c.metrics.update(named)
+    for (model, kind), c in costs.items():
+        reqs = list(asked[(model, kind)].values())
+        planned = getattr(served_by[model], "planned_tokens", None)
+        c.tokens = planned(kind, reqs, prefix_sharing, batch_tokens) if planned else sum(r.length() for r in reqs)
     return sorted(costs.values(), key=lambda c: (c.model, c.rank, c.kind)), uncounted
+
+
+def _key(req: Any) -> Any:
+    """A request as the executor tells two apart (equal fields: one request); an unhashable one alone."""
+    try:
+        hash(req)
+    except TypeError:
+        return id(req)
+    return req
 
 
 def _first_requests(v: Vertex, rs: ResourceSet) -> list:

@@ -347,7 +347,7 @@ def _run(benches: list, cfgs: list, o: RunOptions, group: Group | None, shared_o
             served = plan(graph, rs)  # what no backend can serve: refused before the cache is made
             o.emit("plan", graph=graph, plan=served)
             if o.plan_only:  # the model work counted from the data and the tokenizers; nothing written
-                costs, uncounted = plan_costs(graph, rs)
+                costs, uncounted = plan_costs(graph, rs, o.prefix_sharing and not o.deterministic, o.batch_tokens)
                 o.emit("cost", costs=costs, uncounted=uncounted)
                 print("\n".join(format_plan(costs, uncounted)))
                 return 0

@@ -41,3 +41,20 @@ def test_plan_only_names_the_metric_a_missing_model_is_for(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines()[-1] == ("evaldag: error: missing resource(s): 'reference_model' (needed by "
                                          "mia_reference) (pass --reference-model DIR)")
+
+
+def test_plan_only_counts_the_tokens_shared_question_prefixes_forward(tmp_path):
+    """With shared prefixes on (the default) a question's context goes through the model once for
+    its seven answers: the plan counts those tokens, the ones the run forwards, not each pair whole."""
+    args = ["run", "tofu", "--model", FIX / "tiny-llama" / "target", "--data", FIX / "tofu_tiny", "--limit", "5",
+            "--metrics", "forget_Q_A_Prob,forget_truth_ratio,mia_loss"]
+    for sharing, tokens in [("on", 730), ("off", 1325)]:
+        out, cache = tmp_path / f"out-{sharing}", tmp_path / f"cache-{sharing}"
+        plan = run_cli([*args, "--prefix-sharing", sharing, "--plan-only", "--out", out, "--cache-dir", cache])
+        assert plan.returncode == 0, plan.stderr
+        line = next(x for x in plan.stdout.splitlines() if x.split()[:1] == ["token_stats"])
+        assert line.split(";")[0].split() == ["token_stats", "40", "sequences,", str(tokens), "tokens"], (sharing, line)
+        run = run_cli([*args, "--prefix-sharing", sharing, "--quiet", "--out", out, "--cache-dir", cache])
+        assert run.returncode == 0, run.stderr
+        ex = json.loads((out / "run.json").read_text())["executor"]["by_kind"]["token_stats"]
+        assert (ex["sequences_forwarded"], ex["tokens_real"]) == (40, tokens)  # the plan's count is the run's

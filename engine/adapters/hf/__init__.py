@@ -31,6 +31,7 @@ from ...cache.aliases import resolve as resolve_alias  # a folder the Trainer sa
 from ...cache.filehash import file_sha256
 from .hf_adapter import ATTENTION_MASKS, HFAdapter
 from .hf_encoder import HFEncoder
+from .hf_plan import planned_tokens
 from ..integrity import (OTHER_FILES, WEIGHT_SUFFIXES, FolderSnapshot, check_vocab, config_vocab, loaded_rows,  # noqa: F401
                         model_files as _model_files, model_names as _names)
 from .hf_pad import dedicated_pad_files as _dedicated_pad_files, dedicated_pad_object as _dedicated_pad_object
@@ -68,23 +69,22 @@ def _digest(*parts: str) -> str:
 class HFModel(ModelResource):
     """A causal LM checkpoint (local directory or hub id) as an evaluation resource.
 
-    ``dtype="auto"``: fp32 on CPU (bf16 matmuls there are slow and less exact); on an
-    accelerator the checkpoint's own ``torch_dtype`` (fp32 if it has none).
-    ``device="auto"``: cuda, then mps, then cpu.
+    ``dtype="auto"``: fp32 on CPU (bf16 matmuls there are slow and less exact); on an accelerator the
+    checkpoint's own ``torch_dtype`` (fp32 if it has none). ``device="auto"``: cuda, then mps, then cpu.
 
-    ``attention_mask``: ``"reference"`` (default) reproduces open-unlearning's collator,
-    ``attention_mask = input_ids != pad_token_id``. When the tokenizer has no pad token,
-    pad = eos (open-unlearning's rule, applied here too), so every real eos inside a
-    sequence is hidden from attention: each ``<|eot_id|>`` ending a Llama-3-Instruct chat
-    turn, and the bos of a tokenizer with bos == eos == pad. This applies to
-    teacher-forced scoring (TokenStats), generation and GradNorm. ``"padding"`` masks
-    only padding (the corrected behaviour). With a dedicated pad token the two give the
-    same numbers; see :meth:`mask_mode_matters` for how the fingerprint tells them apart.
+    ``attention_mask``: ``"reference"`` (default) reproduces open-unlearning's collator, ``attention_mask =
+    input_ids != pad_token_id``. When the tokenizer has no pad token, pad = eos (open-unlearning's rule, applied
+    here too), so every real eos inside a sequence is hidden from attention: each ``<|eot_id|>`` ending a
+    Llama-3-Instruct chat turn, and the bos of a tokenizer with bos == eos == pad. This applies to teacher-forced
+    scoring (TokenStats), generation and GradNorm. ``"padding"`` masks only padding (the corrected behaviour). With
+    a dedicated pad token the two give the same numbers; see :meth:`mask_mode_matters` for how the fingerprint tells
+    them apart.
     """
 
     kind = "model"
     sharded: str | None = None  # "fsdp", "fsdp2", "zero3": an in-memory model split over ranks
     _weights_digest: str | None = None
+    planned_tokens = planned_tokens  # --plan-only's token count, shared prefixes included (hf_plan.py)
 
     def __new__(cls, path_or_id: Any = None, *args: Any, **kwargs: Any) -> "HFModel":
         """``HFModel(ADAPTER_DIR)`` is a PEFT adapter (``adapter_config.json``; hf_peft.py): its

@@ -277,6 +277,12 @@ class HFGGUFModel(HFModel):
             return folder_facts(self._tok_dir) if self._tok_dir is not None else None
         return self.header().chat_facts()
 
+    def _config(self) -> Any:
+        from transformers import AutoConfig
+
+        self.header()  # the extra and the file's types, before transformers reads it
+        return AutoConfig.from_pretrained(str(self.file.parent), gguf_file=self.file.name)
+
     def encoder(self) -> HFEncoder:
         if self._encoder is None:
             from transformers import AutoTokenizer

@@ -81,6 +81,13 @@ def repeated(reqs: Sequence[TokenStats]) -> bool:
     return len({r.context_ids for r in reqs}) < len(reqs) and all(r.continuation_ids for r in reqs)
 
 
+def forwarded_tokens(reqs: Sequence[TokenStats]) -> int:
+    """The real tokens :func:`shared_token_stats` puts through the model for ``reqs``: each distinct
+    context once, and each continuation less its last token (it predicts nothing scored). The run
+    records this count (run.json's ``tokens_real``); ``--plan-only`` counts with it too."""
+    return sum(map(len, {r.context_ids for r in reqs})) + sum(len(r.continuation_ids) - 1 for r in reqs)
+
+
 def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -> list[TokenStatsResult]:
     """:meth:`HFAdapter._token_stats`'s results for ``reqs``, each distinct context forwarded once.
 
@@ -148,9 +155,8 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
             h = hidden.index_select(0, at_t[c : c + k])
             parts.append(kernel((split[1](h) if split else h).float(), tgt[c : c + k]))
     lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
-    forwarded_real = sum(map(len, ctx)) + int(areal.sum()) if wa > 0 else sum(map(len, ctx))
     forwarded = len(ctx) * wc + (len(reqs) * wa if wa > 0 else 0)
-    adapter.record_tokens(forwarded_real, forwarded)
+    adapter.record_tokens(forwarded_tokens(reqs), forwarded)
     adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
     return per_request(reqs, lp, am, mu, var)
 
