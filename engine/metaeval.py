@@ -277,22 +277,31 @@ def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         row = {"metric": name, "auc": f.get("auc"), "lo": ci[0], "hi": ci[1], "note": f.get("refused") or f.get("flag") or ""}
         rob = (data.get("robustness") or {}).get(name) or {}
         row["robustness"] = {a: v.get("value") for a, v in rob.get("attacks", {}).items()}
+        row["robustness_interval"] = {a: v.get("interval") for a, v in rob.get("attacks", {}).items()}
         row["hm"] = [h.get("value") for h in rob.get("hm", [])]
+        row["hm_interval"] = [h.get("interval") for h in rob.get("hm", [])]
         rows.append(row)
     return rows
 
 
+def _with_interval(v: Any, ci: Sequence[float] | None) -> str:
+    return _fmt(v) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if v is not None and ci else "")
+
+
 def render(data: dict[str, Any]) -> str:
-    """The terminal table (and the report's): faithfulness with its interval, robustness per attack."""
+    """The terminal table (and the report's): faithfulness with its interval, per attack the mean
+    robustness score over the kept models with its interval, and HM of the means with its own."""
     pool = data["pool"]
     lines = [f"meta-evaluation: {len(pool[KNOWS])} knows, {len(pool[NOT])} does-not-know models"]
     rows = table_rows(data)
     w = max([len(r["metric"]) for r in rows] + [6])
     attacks = list(dict.fromkeys(a for r in rows for a in r["robustness"]))
-    lines.append(f"{'metric':<{w}}  {'AUC':>6}  {'interval':>15}  " + "  ".join(f"{a:>14}" for a in attacks) + ("  HM" if attacks else "") + "  note")
+    width = {a: max([len(a), 21]) for a in attacks}  # "0.123 [0.045, 0.678]": the mean over models and its interval
+    lines.append(f"{'metric':<{w}}  {'AUC':>6}  {'interval':>15}  " + "  ".join(f"{a:>{width[a]}}" for a in attacks)
+                 + ("  HM" if attacks else "") + "  note")
     for r in rows:
         span = f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]" if r["lo"] is not None else "-"
-        cells = "  ".join(f"{_fmt(r['robustness'].get(a)):>14}" for a in attacks)
-        hm = ("  " + ", ".join(_fmt(h) for h in r["hm"])) if attacks else ""
+        cells = "  ".join(f"{_with_interval(r['robustness'].get(a), r['robustness_interval'].get(a)):>{width[a]}}" for a in attacks)
+        hm = ("  " + ", ".join(_with_interval(h, ci) for h, ci in zip(r["hm"], r["hm_interval"]))) if attacks else ""
         lines.append(f"{r['metric']:<{w}}  {_fmt(r['auc']):>6}  {span:>15}  {cells}{hm}  {r['note']}")
     return "\n".join(lines) + "\n"

@@ -169,7 +169,7 @@ def test_adding_a_metric_to_a_warm_pool_forwards_only_its_requests(tmp_path):
     assert f["auc"] in (0.0, 0.5, 1.0) and f["interval"] is None and "fewer than 2" in f["reason"]
 
 
-def test_pool_hm_of_mean_R_and_mean_Q_with_its_interval(tmp_path, pool):
+def test_pool_hm_of_mean_R_and_mean_Q_with_its_interval(tmp_path, pool, capsys):
     knows, nots = pool
     ret = _folder(tmp_path / "ret", {"forget_Q_A_Prob": 0.2})
     _folder(ret / "attacks" / "relearn-forget", {"forget_Q_A_Prob": 0.3})  # D_ret = 0.1
@@ -190,6 +190,11 @@ def test_pool_hm_of_mean_R_and_mean_Q_with_its_interval(tmp_path, pool):
     mr, mq = np.mean(R), np.mean(Q)
     assert hm["value"] == pytest.approx(2 * mr * mq / (mr + mq), abs=1e-15)
     assert hm["interval"][0] <= hm["value"] <= hm["interval"][1]
+    # the printed table gives each mean with its interval over models, and HM's
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("TOFU/forget_Q_A_Prob ")]
+    for cell in (r["attacks"]["relearn-forget"], r["attacks"]["quantize-nf4"], hm):
+        lo, hi = cell["interval"]
+        assert f"{cell['value']:.3f} [{lo:.3f}, {hi:.3f}]" in line
 
 
 def test_each_unlearned_runs_own_control_is_its_default(tmp_path, pool):

