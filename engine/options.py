@@ -100,11 +100,11 @@ def add_model_option(parser: argparse.ArgumentParser, benches: Iterable[Benchmar
                             help="also evaluate the model as a model attack changes it (not a membership-inference "
                                  "attack, which are metrics): e.g. quantize:nf4, quantize:int8-weight, "
                                  "quantize:fp4,blocksize=128; repeatable; each attacked model's files in "
-                                 "OUT/attacks/<attack>/ as a plain run writes them (docs/model-attacks.md)")
-        parser.add_argument("--no-control", dest="control", action="store_false", default=True,
-                            help="with --attack relearn and --retain-model: do not also run the retain model itself "
-                                 "(relearning's control, OUT/control/); R is then refused until `evaldag robustness "
-                                 "OUT --retain OUT_R` (docs/robustness.md)")
+                                 "OUT/attacks/<attack>/ as a plain run writes them; a relearn with a retain model "
+                                 "also runs the retain model itself, relearning's control, into OUT/control/ "
+                                 "(--no-control: not; docs/model-attacks.md, docs/robustness.md)")
+        # named in --attack's help, not listed on its own: `run tofu --help` holds at most 50 options
+        parser.add_argument("--no-control", dest="control", action="store_false", default=True, help=argparse.SUPPRESS)
 
 
 def add_run_arguments(r: argparse.ArgumentParser, benches: list[Benchmark]) -> None:
