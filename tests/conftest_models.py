@@ -111,3 +111,29 @@ def nudged_checkpoint(dest: Path, factor: float) -> Path:
     weights[name] = (weights[name] * np.float32(factor)).astype(weights[name].dtype)
     save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
     return dest
+
+
+def register_mlp_scale(name: str) -> type:
+    """Registers a model transform ``name`` that multiplies every MLP weight by ``factor`` (default 0.5,
+    positional): a cheap stand-in for a quantizer in the attack tests (a name starting with ``quantize``
+    is scored by Q), so they need no bitsandbytes and no training."""
+    import pydantic
+    import torch
+
+    from evaldag.engine import transforms
+
+    class Params(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+        factor: float = 0.5
+
+    def apply(self, model, tokenizer):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "mlp" in n:
+                    p.mul_(self.params.factor)
+        return model
+
+    cls = type(f"MLPScale_{name}", (transforms.Transform,), {
+        "__doc__": register_mlp_scale.__doc__, "name": name, "version": "1", "Params": Params, "positional": "factor",
+        "apply": apply})
+    return transforms.register(cls)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pydantic
-import torch
-
-from evaldag.engine import relearn, relearn_transform, transforms
+from evaldag.engine import relearn, relearn_transform
+from tests.conftest_models import register_mlp_scale
 from tests.inprocess import run_cli
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -21,26 +19,7 @@ TARGET, RETAIN, DATA = FIX / "tiny-llama" / "target", FIX / "tiny-llama" / "reta
 METRICS = "forget_Q_A_Prob,forget_truth_ratio,forget_quality"
 
 
-class ScaleParams(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    factor: float = 0.5
-
-
-@transforms.register
-class QuantizeScale(transforms.Transform):
-    """Scales every MLP weight: a quantizer's stand-in (its name makes it scored by Q), model role only."""
-
-    name = "quantize-scale-control-test"
-    version = "1"
-    Params = ScaleParams
-    positional = "factor"
-
-    def apply(self, model, tokenizer):
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "mlp" in n:
-                    p.mul_(self.params.factor)
-        return model
+register_mlp_scale("quantize-scale-control-test")  # scored by Q: a quantizer's stand-in, model role only
 
 
 RELEARN, QUANT = "relearn:lr=1e-3", "quantize-scale-control-test:0.5"

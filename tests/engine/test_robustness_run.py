@@ -5,38 +5,16 @@ import json
 import os
 from pathlib import Path
 
-import pydantic
 import pytest
-import torch
 
-from evaldag.engine import transforms
-
+from ..conftest_models import register_mlp_scale
 from ..inprocess import run_cli
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 TARGET = FIX / "tiny-llama" / "target"
 
 
-class HalfParams(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    factor: float = 0.5
-
-
-@transforms.register
-class QuantizeHalf(transforms.Transform):
-    """Scales every MLP weight (a test's stand-in for a quantizer: its name makes it scored by Q)."""
-
-    name = "quantize-half-test"
-    version = "1"
-    Params = HalfParams
-    positional = "factor"
-
-    def apply(self, model, tokenizer):
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "mlp" in n:
-                    p.mul_(self.params.factor)
-        return model
+register_mlp_scale("quantize-half-test")  # scored by Q: a quantizer's stand-in, model role only
 
 
 def _tofu(tmp, out, *extra):
