@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 from .adapters.integrity import ModelChangedError
 from .answers import Backend
 from .backend import ModelAdapter, ModelResource, OutOfMemory, before_load
-from . import streaming
+from . import malloc, streaming
 from .batching import Budget, default_budget, halve, pack, pack_by_prefix, padded_tokens
 from .cache import RequestStore
 from .cache.codec import CorruptEntryWarning
@@ -86,6 +86,8 @@ class ExecutorStats:
         out["model_loaded"] = bool(self.models_loaded)
         out["models_loaded"] = list(self.models_loaded)  # fingerprints of the models whose weights were read
         out["forwarded_by_model"] = {fp: dict(sorted(kinds.items())) for fp, kinds in self.by_model.items()}
+        if self.models_loaded and malloc.state() is not None:
+            out["malloc"] = malloc.state()
         if self.served:
             out["served"] = {fp: dict(sorted(kinds.items())) for fp, kinds in self.served.items()}
         out["seconds"] = tot.seconds

@@ -49,7 +49,7 @@ def runner(adapter: HFAdapter) -> Any:
     if s.runner is None or (s.runner.mode, s.runner.rows) != (s.mode, s.rows):
         size = sum(p.numel() * p.element_size() for p in adapter.model.parameters())
         s.runner = GradNormRunner(adapter.model, adapter.masked_id, s.mode, s.rows,
-                                  vmap_rows=max(1, GRAD_MEMORY_BYTES // max(1, size)))
+                                  vmap_rows=max(1, GRAD_MEMORY_BYTES // max(1, size)), split=adapter.head_split())
     return s.runner
 
 

@@ -241,12 +241,19 @@ def _kept(module: Any, ids: Any) -> Any:
     return keep.float()
 
 
-def ghost_norms(model: Any, seqs: list[list[int]], spans: list[tuple[int, int]], masked_id: int | None) -> dict[str, Any]:
+def ghost_norms(model: Any, seqs: list[list[int]], spans: list[tuple[int, int]], masked_id: int | None,
+                split: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Per-row L2 norm of every parameter's gradient (name -> [B] tensor), the loss of row
     b being minus the mean log-prob of its tokens ``spans[b] = (start, n)`` (positions
     start .. start + n - 1, each predicted from the one before). Rows are right-padded and
     the padding masked; with ``masked_id`` every real token equal to it is masked too
-    (open-unlearning's ``ids != pad`` mask)."""
+    (open-unlearning's ``ids != pad`` mask).
+
+    ``split`` is (base model, output head) where ``logits == head(base(x))`` (the adapter's
+    ``head_split``): then the head runs on each row's scored positions only (right-padded to
+    the batch's longest span, the padding weighted 0), not on the question's, whose logits
+    get no gradient: the same norms, without the vocabulary-wide forward, backward and Gram
+    of positions that add nothing (on SmolLM2's chat template about 60 % of a row)."""
     import torch
 
     dev = model.device
@@ -266,12 +273,34 @@ def ghost_norms(model: Any, seqs: list[list[int]], spans: list[tuple[int, int]],
         for p, _ in frozen:
             p.requires_grad_(False)
         with torch.enable_grad():
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            loss = -(logp.gather(2, ids[:, 1:, None])[..., 0] * weight).sum()
+            inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+            if split is None:
+                logits = model(**inputs).logits
+                logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+                loss = -(logp.gather(2, ids[:, 1:, None])[..., 0] * weight).sum()
+            else:
+                at, w, tgt = _scored_positions(spans, dev)
+                hidden = split[0](**inputs)[0]
+                picked = hidden.gather(1, at[:, :, None].expand(-1, -1, hidden.shape[-1]))
+                logp = torch.log_softmax(split[1](picked).float(), dim=-1)
+                loss = -(logp.gather(2, ids.gather(1, tgt)[:, :, None])[..., 0] * w).sum()
             loss.backward()
     finally:
         rec.close()
         for p, flag in frozen:
             p.requires_grad_(flag)
     return {k: v.clamp_min(0).sqrt() for k, v in rec.sq.items()}
+
+
+def _scored_positions(spans: list[tuple[int, int]], dev: Any) -> tuple[Any, Any, Any]:
+    """Per row, the positions whose logits predict its scored tokens (start - 1 .. start + n - 2),
+    their weights (1 / n) and the targets' positions, right-padded with position 0, weight 0."""
+    import torch
+
+    longest = max(n for _, n in spans)
+    at = torch.zeros((len(spans), longest), dtype=torch.long)
+    w = torch.zeros((len(spans), longest), dtype=torch.float32)
+    for b, (start, n) in enumerate(spans):
+        at[b, :n] = torch.arange(start - 1, start - 1 + n)
+        w[b, :n] = 1.0 / n
+    return at.to(dev), w.to(dev), (at + (w > 0).long()).to(dev)

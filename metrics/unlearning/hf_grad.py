@@ -127,10 +127,12 @@ class GradNormRunner:
     CUDA, else one backward per row; ``rows`` bounds the rows per batched backward (1:
     always one_row)."""
 
-    def __init__(self, model: Any, masked_id: int | None, mode: str = "auto", rows: int = 8, vmap_rows: int = 16):
+    def __init__(self, model: Any, masked_id: int | None, mode: str = "auto", rows: int = 8, vmap_rows: int = 16,
+                 split: tuple[Any, Any] | None = None):
         if mode not in GRAD_MODES:
             raise ValueError(f"grad_mode must be one of {GRAD_MODES}, not {mode!r}")
         self.model, self.masked_id, self.mode, self.rows, self.vmap_rows = model, masked_id, mode, rows, vmap_rows
+        self.split = split  # (base, head) when logits == head(base(x)): ghost norms run the head on scored positions only
         self.used: list[str] | None = None  # parameters a one-row backward reaches
         self._way: str | None = None  # the way chosen for this model, once
         self.padded_tokens = 0  # tokens the last call computed, padding included
@@ -263,7 +265,7 @@ class GradNormRunner:
         import torch
 
         norms = ghost_norms(self.model, [list(r.context_ids + r.continuation_ids) for r in rs],
-                            [(len(r.context_ids), scored(r)) for r in rs], self.masked_id)
+                            [(len(r.context_ids), scored(r)) for r in rs], self.masked_id, self.split)
         return torch.stack([norms[k] for k in self.used]).mean(0).tolist()
 
     def _check_ghost(self, r: GradNorm, value: float) -> None:

@@ -164,6 +164,29 @@ def test_each_ghost_rule_equals_the_norms_of_a_hand_loop(arch):
             assert got[k][b].item() == pytest.approx(v, rel=1e-4, abs=1e-7), (arch, k, b)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "llama_tied", "gpt2_tied", "gemma3"])
+def test_ghost_norms_with_the_head_on_scored_positions_only_equal_the_whole_head(arch):
+    """With (base, head) given, the head sees each row's scored positions only (the batch's
+    longest span, not the longest row), and every parameter's norm, the tied cross term's
+    included, equals the whole-logits path's."""
+    m = _tiny(arch).train()
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (12, 20, 31)]
+    spans = [(8, 4), (5, 15), (20, 6)]
+    whole = hf_ghost.ghost_norms(m, seqs, spans, masked_id=None)
+    head = m.get_output_embeddings()
+    seen: list[tuple] = []
+    hook = head.register_forward_hook(lambda mod, inp, out: seen.append(tuple(inp[0].shape)))
+    try:
+        part = hf_ghost.ghost_norms(m, seqs, spans, masked_id=None, split=(m.base_model, head))
+    finally:
+        hook.remove()
+    assert seen == [(3, 15, 32)]  # 3 rows x the longest span, not x 31 positions
+    assert set(part) == set(whole)
+    for k in whole:
+        assert part[k].tolist() == pytest.approx(whole[k].tolist(), rel=1e-5, abs=1e-8), (arch, k)
+
+
 def test_which_way_serves_which_model(monkeypatch):
     llama = model("llama")
     assert hf_grad.GradNormRunner(llama, None).way() == "ghost"

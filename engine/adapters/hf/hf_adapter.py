@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ...requests import Generate, GenerateResult, HiddenStates, HiddenStatesResult, Request, TokenStats, TokenStatsResult
+from ...malloc import keep_freed_memory
 from ...backend import TOKEN_FIELDS, Capabilities, Handlers, ModelAdapter, OutOfMemory
 from .hf_generation import DecodeLoop, hf_generate, lean_loop_fits
 from . import hf_prefix
@@ -67,6 +68,8 @@ class HFAdapter(ModelAdapter):
         self.model, self.tokenizer = model, tokenizer
         self.device = str(model.device.type)
         self.dtype = str(model.dtype).replace("torch.", "")
+        if self.device == "cpu":
+            keep_freed_memory()  # CPU tensors of tens of MB, freed and made again each batch (malloc.py)
         self.padding_side, self.stats_chunk_rows = padding_side, stats_chunk_rows
         self.attention_mask = attention_mask
         self.last_batch_tokens = (0, 0)
