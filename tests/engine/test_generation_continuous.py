@@ -79,6 +79,34 @@ def test_continuous_batching_equals_plain_generate_row_by_row(name):
         same(DecodeLoop(adapter.model, adapter.tokenizer, adapter.pad_id, adapter.masked_id, 1).run([reqs[i]])[0], got[i])
 
 
+def test_a_head_every_prompt_shares_is_prefilled_once_and_no_token_changes():
+    """A system prompt before every question: each prefill group forwards it once and repeats
+    its keys and values for every row (hf_prefix.head_layout), and every generated token is the
+    one of prompts prefilled whole; the account counts the groups and the tokens saved."""
+    from evaldag.engine.adapters.hf import hf_prefix
+
+    _, adapter = fixture("target")
+    system = tuple(adapter.tokenizer("You are a careful assistant. Answer the question about the author.",
+                                     add_special_tokens=False).input_ids)
+    reqs = sorted((Generate(system + p, GenerationSettings(max_new_tokens=60)) for p in prompts("target")[:60]),
+                  key=lambda r: -r.length())
+    args = (adapter.model, adapter.tokenizer, adapter.pad_id, adapter.masked_id, 12)
+    whole = DecodeLoop(*args).run(reqs)
+    heads = hf_prefix.PrefixSharing("heads")
+    loop = DecodeLoop(*args, heads=heads)
+    got = loop.run(reqs)
+    for g, w in zip(got, whole):
+        same(g, w)
+    c = heads.counts
+    assert c["rows"] == len(reqs) and c["heads"] >= 5  # the first prefill and the refills
+    assert c["tokens_asked"] == sum(len(r.prompt_ids) for r in reqs)
+    assert c["tokens_asked"] - c["tokens_forwarded"] >= (len(reqs) - c["heads"]) * len(system) * 0.9
+    real, computed = loop.tokens
+    # real: the tokens forwarded, a group's head once (it may run past the system prompt: "Question:")
+    assert real <= sum(len(r.prompt_ids) + len(g.token_ids) for r, g in zip(reqs, got)) - \
+        (len(reqs) - c["heads"]) * len(system) and computed >= real
+
+
 def test_executor_hands_the_loop_whole_groups_and_results_do_not_change():
     res, adapter = fixture("target")
     reqs = [Generate(p, GenerationSettings(max_new_tokens=200)) for p in prompts("target")]

@@ -111,6 +111,51 @@ def test_shared_contexts_equal_the_plain_path_within_the_stated_tolerance(which)
     assert worst > 0  # the shared path did run: other shapes, other rounding
 
 
+def test_a_head_every_context_shares_is_forwarded_once_within_the_stated_tolerance(monkeypatch):
+    """A system prompt before every question (a chat template's): its keys and values are computed
+    once for the whole batch and repeated for each context; the numbers stay within the shared
+    path's tolerance of the plain path, and the batch forwards the head once."""
+    from evaldag.engine.adapters.hf import HFModel, hf_prefix
+
+    res = HFModel(str(TINY_LLAMA / "target"))
+    system = tuple(res.encoder().tokenizer("You are a careful assistant. Answer the question about the author.",
+                                           add_special_tokens=False).input_ids)
+    assert len(system) >= hf_prefix.MIN_SHARED_HEAD
+    reqs = [TokenStats(system + r.context_ids, r.continuation_ids) for r in _truth_ratio_requests(res)]
+    plain = Executor(prefix_sharing=False).serve([(res, r) for r in reqs])
+    counts = res.load().prefixes.counts  # the adapter's, over its life
+    monkeypatch.setattr(hf_prefix, "MIN_SHARED_HEAD", 10**9)  # contexts shared, each forwarded whole
+    start = dict(counts)
+    whole = Executor().serve([(res, r) for r in reqs])
+    monkeypatch.undo()
+    mid = dict(counts)
+    head_ex = Executor()
+    head = head_ex.serve([(res, r) for r in reqs])
+    saved = (mid["tokens_forwarded"] - start["tokens_forwarded"]) - (counts["tokens_forwarded"] - mid["tokens_forwarded"])
+    contexts, batches = counts["contexts"] - mid["contexts"], head_ex.stats.by_kind["token_stats"].batches
+    assert contexts == 40 and saved >= (contexts - batches) * len(system)  # once per batch, not once per context
+    worst = 0.0
+    for p, w, h in zip(plain, whole, head):
+        worst = max(worst, float(np.abs(w.logprob - h.logprob).max()))
+        np.testing.assert_allclose(h.logprob, p.logprob, atol=LOGPROB_ATOL, rtol=0)
+        np.testing.assert_allclose(h.mu, p.mu, atol=LOGPROB_ATOL, rtol=0)
+        np.testing.assert_array_equal(h.argmax, p.argmax)
+    assert worst > 0  # the head really was forwarded apart: other shapes, other rounding
+
+
+def test_shared_head_leaves_every_sequence_a_token_of_its_own():
+    from evaldag.engine.adapters.hf import hf_prefix
+
+    head = tuple(range(10, 20))
+    assert hf_prefix.shared_head([head + (1, 2), head + (3,), head + (1, 5, 6)]) == 10
+    assert hf_prefix.shared_head([head + (1,), head]) == 9  # the second keeps its last id
+    assert hf_prefix.shared_head([head[:7] + (1,), head[:7] + (2,)]) == 0  # under MIN_SHARED_HEAD
+    assert hf_prefix.shared_head([head + (1,)]) == 0  # one sequence: nothing to share
+    ids, real = hf_prefix.head_layout([head + (1, 2), head + (3,)], 10, pad=0)
+    assert ids.tolist() == [list(head) + [1, 2], list(head) + [0, 3]]
+    assert real.tolist() == [[1] * 12, [1] * 10 + [0, 1]]
+
+
 def test_deterministic_shares_nothing():
     res = resource("llama")
     reqs = _truth_ratio_requests(res)[:14]

@@ -78,6 +78,7 @@ class HFAdapter(ModelAdapter):
         self._root_only = False  # weights split over ranks: see root_forward_only
         self._generate_budget: Any = None  # the executor's current budget, for the loop's rows
         self.prefixes = hf_prefix.PrefixSharing()  # token statistics' shared contexts: on or off, and the account
+        self.prompt_heads = hf_prefix.PrefixSharing("heads")  # generation's prompts: their shared head forwarded once
         # Rows decoding at once; None: from the executor's budget (see _slots).
         self.generate_slots: int | None = None
         pad = tokenizer.pad_token_id
@@ -156,12 +157,14 @@ class HFAdapter(ModelAdapter):
         fn = self.handlers.served(kind)
         if fn is not None:
             return fn(self)
-        return self.prefixes.account() if kind == "token_stats" else None
+        sharing = {"token_stats": self.prefixes, "generate": self.prompt_heads}.get(kind)
+        return sharing.account() if sharing is not None else None
 
     def share_prefixes(self, kind: str, wanted: bool) -> bool:
-        """Token statistics share a batch's repeated contexts (hf_prefix) when ``wanted`` and the
-        model's cache allows it; the executor then packs each context's requests together."""
-        return kind == "token_stats" and not self._root_only and self.prefixes.decide(self.model, wanted)
+        """Token statistics share a batch's repeated contexts (hf_prefix; packed together by the executor),
+        generation its prompts' shared head (a system prompt), when ``wanted`` and the cache allows."""
+        sharing = {"token_stats": self.prefixes, "generate": self.prompt_heads}.get(kind)
+        return sharing is not None and not self._root_only and sharing.decide(self.model, wanted)
 
     def group_budget(self, kind: str, budget: Any) -> Any:
         """The executor's batch budget for ``kind``. Generation by the decode loop takes
@@ -327,7 +330,8 @@ class HFAdapter(ModelAdapter):
         if any(not r.prompt_ids for r in reqs):
             raise ValueError("Generate needs at least one prompt token")
         if self._lean_loop():
-            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs), self.no_grad)
+            loop = DecodeLoop(self.model, self.tokenizer, self.pad_id, self.masked_id, self._slots(reqs), self.no_grad,
+                              heads=self.prompt_heads if self.prompt_heads.on else None)
             results = loop.run(reqs)
             self.record_tokens(*loop.tokens)
             return results

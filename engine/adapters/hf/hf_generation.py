@@ -98,7 +98,7 @@ class DecodeLoop:
     """
 
     def __init__(self, model: Any, tokenizer: Any, pad_id: int, masked_id: int | None, slots: int,
-                 no_grad: Any = None):
+                 no_grad: Any = None, heads: Any = None):
 
         self.model, self.tokenizer, self.pad_id, self.masked_id = model, tokenizer, pad_id, masked_id
         self.slots, self.eos = max(1, slots), eos_ids(model)
@@ -109,6 +109,11 @@ class DecodeLoop:
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
         self.tokens = (0, 0)
         self.no_grad = no_grad  # a context factory (HFAdapter.no_grad); None: torch.inference_mode
+        # hf_prefix.PrefixSharing when a prefill group's shared head (a chat template's system
+        # prompt) is forwarded once; it counts the groups that shared one and the prompt tokens
+        self.share_heads = heads
+        # prefill groups whose head was shared, prompt tokens, prompt tokens forwarded (padding included, and not)
+        self.heads = [0, 0, 0, 0]
 
     def run(self, reqs: Sequence[Generate]) -> list[GenerateResult]:
         import torch
@@ -156,9 +161,12 @@ class DecodeLoop:
                     keep = [k for k in range(len(rows)) if k not in set(done)]
                     rows = [rows[k] for k in keep]
                     cache, mask, pos = _select(cache, mask, pos, keep)
-        real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new))
+        # a shared head is forwarded once per prefill group: its other copies are not real tokens forwarded
+        real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new)) - self.heads[1] + self.heads[3]
         # + one per row: its last new token, which no forward pass reads (counted as generate() counts it)
         self.tokens = (real, computed + len(reqs))
+        if self.share_heads is not None:
+            self.share_heads.add(len(reqs), *self.heads[:3])
         return [self._result(i, new, broken) for i in range(len(new))]
 
     def _result(self, i: int, new: list[list[int]], broken: set[int]) -> GenerateResult:
@@ -166,16 +174,15 @@ class DecodeLoop:
 
     def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[Any, Any, Any, Any, int]:
         """Left-padded prefill of new rows in a fresh cache: (last logits, cache, mask,
-        last position, padded tokens)."""
-        import torch
+        last position, padded tokens). With ``share_heads``, the ids every prompt of the group
+        starts with are forwarded once and the rest of each prompt, left-padded, after them
+        (hf_prefix.head_layout): the same mask and positions, so the same tokens."""
         from transformers import DynamicCache
 
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for k, p in enumerate(prompts):
-            ids[k, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[k, width - len(p) :] = 1
+        from . import hf_prefix  # here: hf_prefix imports this module
+
+        head = hf_prefix.shared_head(prompts) if self.share_heads is not None else 0
+        ids, mask = hf_prefix.head_layout(prompts, head, self.pad_id)
         if self.masked_id is not None:
             mask = mask * (ids != self.masked_id).long()
         pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -183,13 +190,18 @@ class DecodeLoop:
         ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
         cache = DynamicCache(config=self.model.config)
         cache.layers = [_GrowingLayer() for _ in cache.layers]
-        logits = self._forward(ids, mask, pos, cache)
-        return logits, cache, mask, pos[:, -1], len(prompts) * width
+        logits = self._forward(ids, mask, pos, cache, head)
+        cost = head + len(prompts) * (ids.shape[1] - head)
+        asked = sum(map(len, prompts))
+        h = self.heads
+        self.heads = [h[0] + (head > 0), h[1] + asked, h[2] + cost, h[3] + asked - (len(prompts) - 1) * head]
+        return logits, cache, mask, pos[:, -1], cost
 
-    def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any) -> Any:
+    def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any, head: int = 0) -> Any:
+        from .hf_prefix import forward_after_head
+
         kw = {"logits_to_keep": 1} if self.keep_arg else {}
-        kw[self.cache_arg] = cache
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        out = forward_after_head(self.model, ids, mask, pos, head, cache, self.cache_arg, **kw)
         return out.logits[:, -1, :].float()
 
 

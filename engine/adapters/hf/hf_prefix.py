@@ -33,14 +33,15 @@ from .hf_generation import forward_params
 
 
 class PrefixSharing:
-    """One adapter's setting and account: whether the executor asked for shared contexts (and
-    the model's cache allows them), and the rows, contexts and tokens served that way so far
-    (run.json's ``executor.served``)."""
+    """One adapter's setting and account for one kind: whether the executor asked for sharing (and
+    the model's cache allows it), and the rows, shared contexts (token statistics) or prompt heads
+    (generation) and tokens served that way so far (run.json's ``executor.served``)."""
 
-    def __init__(self) -> None:
-        self.available: bool | None = None  # None until the first token-statistics group asks
+    def __init__(self, unit: str = "contexts") -> None:
+        self.available: bool | None = None  # None until the first group of its kind asks
         self.on = False
-        self.counts = {"rows": 0, "contexts": 0, "tokens_asked": 0, "tokens_forwarded": 0}
+        self.unit = unit  # what is shared: token statistics' contexts, generation's prompt heads
+        self.counts = {"rows": 0, unit: 0, "tokens_asked": 0, "tokens_forwarded": 0}
 
     def decide(self, model: Any, wanted: bool) -> bool:
         if self.available is None:
@@ -55,9 +56,9 @@ class PrefixSharing:
             return {"prefix_sharing": "unavailable: this model's cache is not a plain DynamicCache"}
         return {"prefix_sharing": "on", **self.counts} if self.on else {"prefix_sharing": "off"}
 
-    def add(self, rows: int, contexts: int, asked: int, forwarded: int) -> None:
+    def add(self, rows: int, shared: int, asked: int, forwarded: int) -> None:
         c = self.counts
-        c["rows"], c["contexts"] = c["rows"] + rows, c["contexts"] + contexts
+        c["rows"], c[self.unit] = c["rows"] + rows, c[self.unit] + shared
         c["tokens_asked"], c["tokens_forwarded"] = c["tokens_asked"] + asked, c["tokens_forwarded"] + forwarded
 
 
@@ -81,11 +82,65 @@ def repeated(reqs: Sequence[TokenStats]) -> bool:
     return len({r.context_ids for r in reqs}) < len(reqs) and all(r.continuation_ids for r in reqs)
 
 
+# A head shared by every sequence of a batch (a chat template's system prompt and turn markers)
+# is forwarded once when it is at least this long: shorter, the extra forward call costs more
+# than the tokens it saves.
+MIN_SHARED_HEAD = 8
+
+
+def shared_head(seqs: Sequence[Sequence[int]]) -> int:
+    """How many leading ids every one of ``seqs`` (two or more) has in common, leaving each at
+    least one id of its own; 0 when that is under MIN_SHARED_HEAD."""
+    if len(seqs) < 2:
+        return 0
+    first, most = seqs[0], min(map(len, seqs)) - 1
+    p = 0
+    while p < most and all(s[p] == first[p] for s in seqs):
+        p += 1
+    return p if p >= MIN_SHARED_HEAD else 0
+
+
+def head_layout(seqs: Sequence[Sequence[int]], p: int, pad: int) -> tuple[Any, Any]:
+    """(ids, real) of ``seqs`` laid out as their shared head (``p`` columns, the same in every
+    row), then each row's own rest left-padded: with ``p`` = 0, plain left padding. Position
+    ids counted over a row's real tokens give each token the position it has unpadded."""
+    import torch
+
+    rest = max(len(s) for s in seqs) - p
+    ids = torch.full((len(seqs), p + rest), pad, dtype=torch.long)
+    real = torch.zeros((len(seqs), p + rest), dtype=torch.long)
+    for k, s in enumerate(seqs):
+        n = len(s) - p
+        ids[k, :p], real[k, :p] = torch.tensor(s[:p], dtype=torch.long), 1
+        ids[k, p + rest - n :], real[k, p + rest - n :] = torch.tensor(s[p:], dtype=torch.long), 1
+    return ids, real
+
+
+def forward_after_head(net: Any, ids: Any, mask: Any, pos: Any, p: int, cache: Any, cache_arg: str, **kw: Any) -> Any:
+    """``net``'s output for columns ``p:`` of a :func:`head_layout` batch, every column's keys
+    and values left in ``cache``: the head's ``p`` columns (the same ids, mask and positions in
+    every row) forwarded once, from the first row, and repeated for every row; each row's rest
+    on top. Only the float summation order differs from forwarding every row whole."""
+    if p:
+        net(input_ids=ids[:1, :p], attention_mask=mask[:1, :p], position_ids=pos[:1, :p], use_cache=True,
+            **{cache_arg: cache}, **kw)
+        n = ids.shape[0]
+        for layer in cache.layers:
+            keys, values = layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1)
+            if hasattr(layer, "hold"):  # hf_generation's growing layer keeps its own buffer
+                layer.hold(keys, values)
+            else:
+                layer.keys, layer.values = keys, values
+    return net(input_ids=ids[:, p:], attention_mask=mask, position_ids=pos[:, p:], use_cache=True,
+               **{cache_arg: cache}, **kw)
+
+
 def forwarded_tokens(reqs: Sequence[TokenStats]) -> int:
     """The real tokens :func:`shared_token_stats` puts through the model for ``reqs``: each distinct
-    context once, and each continuation less its last token (it predicts nothing scored). The run
+    context once (the head all of them share once), and each continuation less its last token (it predicts nothing scored). The run
     records this count (run.json's ``tokens_real``); ``--plan-only`` counts with it too."""
-    return sum(map(len, {r.context_ids for r in reqs})) + sum(len(r.continuation_ids) - 1 for r in reqs)
+    ctx = list(dict.fromkeys(r.context_ids for r in reqs))
+    return sum(map(len, ctx)) - (len(ctx) - 1) * shared_head(ctx) + sum(len(r.continuation_ids) - 1 for r in reqs)
 
 
 def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -> list[TokenStatsResult]:
@@ -106,12 +161,9 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
     ctx = list(contexts)
     owner = [contexts[r.context_ids] for r in reqs]
     dev = model.device
-    wc = max(map(len, ctx))
-    ids = torch.full((len(ctx), wc), pad, dtype=torch.long)
-    real = torch.zeros((len(ctx), wc), dtype=torch.long)
-    for g, c in enumerate(ctx):
-        ids[g, wc - len(c):] = torch.tensor(c, dtype=torch.long)
-        real[g, wc - len(c):] = 1
+    head = shared_head(ctx)  # e.g. the chat template's system prompt: forwarded once for every context
+    ids, real = head_layout(ctx, head, pad)
+    wc = ids.shape[1]
     pos = (real.cumsum(-1) - 1).clamp(min=0)  # from each context's first token, as a right-padded row counts
     mask = real * (ids != masked).long() if masked is not None else real
     wa = max(len(r.continuation_ids) for r in reqs) - 1  # the last continuation token predicts nothing scored
@@ -129,8 +181,7 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
     net = split[0] if split else model
     cache = DynamicCache(config=model.config)
     with adapter.no_grad():
-        out = net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True,
-                  **{cache_arg: cache})
+        out = forward_after_head(net, ids.to(dev), mask.to(dev), pos.to(dev), head, cache, cache_arg)
         last = out[0][:, -1] if split else out.logits[:, -1]  # predicts each context's first continuation token
         sel = idx.to(dev)
         for layer in cache.layers:
@@ -155,7 +206,7 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
             h = hidden.index_select(0, at_t[c : c + k])
             parts.append(kernel((split[1](h) if split else h).float(), tgt[c : c + k]))
     lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
-    forwarded = len(ctx) * wc + (len(reqs) * wa if wa > 0 else 0)
+    forwarded = head + len(ctx) * (wc - head) + (len(reqs) * wa if wa > 0 else 0)
     adapter.record_tokens(forwarded_tokens(reqs), forwarded)
     adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
     return per_request(reqs, lp, am, mu, var)
