@@ -123,17 +123,16 @@ def test_a_head_every_context_shares_is_forwarded_once_within_the_stated_toleran
     assert len(system) >= hf_prefix.MIN_SHARED_HEAD
     reqs = [TokenStats(system + r.context_ids, r.continuation_ids) for r in _truth_ratio_requests(res)]
     plain = Executor(prefix_sharing=False).serve([(res, r) for r in reqs])
-    counts = res.load().prefixes.counts  # the adapter's, over its life
     monkeypatch.setattr(hf_prefix, "MIN_SHARED_HEAD", 10**9)  # contexts shared, each forwarded whole
-    start = dict(counts)
-    whole = Executor().serve([(res, r) for r in reqs])
+    whole_ex = Executor()
+    whole = whole_ex.serve([(res, r) for r in reqs])
     monkeypatch.undo()
-    mid = dict(counts)
-    head_ex = Executor()
+    head_ex, rows_before = Executor(), res.load().prefixes.counts["rows"]  # the adapter counts over its life
     head = head_ex.serve([(res, r) for r in reqs])
-    saved = (mid["tokens_forwarded"] - start["tokens_forwarded"]) - (counts["tokens_forwarded"] - mid["tokens_forwarded"])
-    contexts, batches = counts["contexts"] - mid["contexts"], head_ex.stats.by_kind["token_stats"].batches
-    assert contexts == 40 and saved >= (contexts - batches) * len(system)  # once per batch, not once per context
+    saved = whole_ex.stats.by_kind["token_stats"].tokens_real - head_ex.stats.by_kind["token_stats"].tokens_real
+    contexts, batches = len({r.context_ids for r in reqs}), head_ex.stats.by_kind["token_stats"].batches
+    assert contexts == 80 and saved >= (contexts - batches) * len(system)  # once per batch, not once per context
+    assert res.load().prefixes.counts["rows"] - rows_before == len(reqs)  # a lone context shares the head too
     worst = 0.0
     for p, w, h in zip(plain, whole, head):
         worst = max(worst, float(np.abs(w.logprob - h.logprob).max()))
@@ -154,6 +153,18 @@ def test_shared_head_leaves_every_sequence_a_token_of_its_own():
     ids, real = hf_prefix.head_layout([head + (1, 2), head + (3,)], 10, pad=0)
     assert ids.tolist() == [list(head) + [1, 2], list(head) + [0, 3]]
     assert real.tolist() == [[1] * 12, [1] * 10 + [0, 1]]
+
+
+def test_answers_of_very_different_lengths_go_through_in_groups():
+    """answer_groups: padded tokens plus ANSWER_GROUP_TOKENS per extra forward, minimised."""
+    from evaldag.engine.adapters.hf import hf_prefix
+
+    assert hf_prefix.ANSWER_GROUP_TOKENS == 32
+    assert hf_prefix.answer_groups([20] * 10 + [5] * 10) == [list(range(10)), list(range(10, 20))]  # saves 150 > 32
+    assert hf_prefix.answer_groups([7, 9, 8, 9]) == [[1, 3, 2, 0]]  # 4 tokens of padding: one forward
+    got = hf_prefix.answer_groups([3, 30, 12, 29, 11, 4, 30, 2])
+    assert sorted(i for g in got for i in g) == list(range(8)) and got[0][:2] == [1, 6]
+    assert all(len({i for i in g}) == len(g) for g in got) and len(got) >= 2
 
 
 def test_deterministic_shares_nothing():

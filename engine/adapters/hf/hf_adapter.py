@@ -289,7 +289,7 @@ class HFAdapter(ModelAdapter):
 
         if any(not r.context_ids for r in reqs):
             raise ValueError("TokenStats needs at least one context token: the first token of a sequence has no prediction")
-        if self.prefixes.on and self.padding_side is None and hf_prefix.repeated(reqs):
+        if self.prefixes.on and self.padding_side is None and hf_prefix.shares(reqs):
             return hf_prefix.shared_token_stats(self, reqs, _stats_kernel)
         side = self.padding_side or TokenStats.padding_side
         ids, mask, pos, starts = self.pad([r.context_ids + r.continuation_ids for r in reqs], side)

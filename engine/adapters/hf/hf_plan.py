@@ -30,7 +30,7 @@ def planned_tokens(resource: Any, kind: str, reqs: Sequence[Request], share_pref
         return whole
     budget = default_budget(resource.device_type(), batch_tokens, None, kind_of(kind).max_batch)
     batches = pack_by_prefix(list(reqs), lambda r: r.length(), lambda r: r.prefix(), budget)
-    return sum(hf_prefix.forwarded_tokens(b) if hf_prefix.repeated(b) else sum(r.length() for r in b)
+    return sum(hf_prefix.forwarded_tokens(b) if hf_prefix.shares(b) else sum(r.length() for r in b)
                for b in batches)
 
 

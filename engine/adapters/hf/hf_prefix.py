@@ -5,9 +5,12 @@ ones) and a multiple-choice task each question with its options: the same contex
 different continuations. Forwarding each pair whole computes the context's keys and values
 once per continuation; here the batch's distinct contexts go through the model once
 (left padded, into a ``DynamicCache``), the cache rows are repeated for each continuation,
-and the continuations go through on top of it (right padded) with their position ids
-continuing their context's. With a real tokenizer's chat template the context is half of a
-question's tokens or more (tests/perf/bench_prefix_sharing.py).
+and the continuations go through on top of it (right padded, in groups of similar length:
+:func:`answer_groups`) with their position ids continuing their context's. A head every
+context starts with (a chat template's system prompt) is forwarded once for the batch
+(:func:`shared_head`), which also serves a batch of contexts that all differ (:func:`shares`).
+With a real tokenizer's chat template the context is half of a question's tokens or more
+(tests/perf/bench_prefix_sharing.py).
 
 Each row sees what the plain path shows it: the same ids, the same attention mask
 (padding, and in reference mode every id equal to the pad id, as open-unlearning's collator
@@ -76,10 +79,14 @@ def cache_fits(model: Any) -> bool:
     return bool(getattr(cache, "layers", None)) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def repeated(reqs: Sequence[TokenStats]) -> bool:
-    """Whether two requests of the batch share their context (else there is nothing to share) and
-    every request scores a token (an empty continuation is the plain path's case)."""
-    return len({r.context_ids for r in reqs}) < len(reqs) and all(r.continuation_ids for r in reqs)
+def shares(reqs: Sequence[TokenStats]) -> bool:
+    """Whether :func:`shared_token_stats` serves the batch: every request scores a token (an empty
+    continuation is the plain path's case), and a context repeats or every context starts with a
+    shared head (:func:`shared_head`); else there is nothing to compute once."""
+    if not all(r.continuation_ids for r in reqs):
+        return False
+    ctx = list(dict.fromkeys(r.context_ids for r in reqs))
+    return len(ctx) < len(reqs) or shared_head(ctx) > 0
 
 
 # A head shared by every sequence of a batch (a chat template's system prompt and turn markers)
@@ -166,50 +173,79 @@ def shared_token_stats(adapter: Any, reqs: list[TokenStats], kernel: Callable) -
     wc = ids.shape[1]
     pos = (real.cumsum(-1) - 1).clamp(min=0)  # from each context's first token, as a right-padded row counts
     mask = real * (ids != masked).long() if masked is not None else real
-    wa = max(len(r.continuation_ids) for r in reqs) - 1  # the last continuation token predicts nothing scored
-    aid = torch.full((len(reqs), max(wa, 1)), pad, dtype=torch.long)
-    areal = torch.zeros((len(reqs), max(wa, 1)), dtype=torch.long)
-    for i, r in enumerate(reqs):
-        n = len(r.continuation_ids) - 1
-        if n:
-            aid[i, :n] = torch.tensor(r.continuation_ids[:-1], dtype=torch.long)
-            areal[i, :n] = 1
-    amask = areal * (aid != masked).long() if masked is not None else areal
-    idx = torch.tensor(owner, dtype=torch.long)
-    apos = torch.tensor([len(ctx[g]) for g in owner], dtype=torch.long)[:, None] + torch.arange(aid.shape[1])[None]
     split = adapter.head_split()
     net = split[0] if split else model
     cache = DynamicCache(config=model.config)
     with adapter.no_grad():
         out = forward_after_head(net, ids.to(dev), mask.to(dev), pos.to(dev), head, cache, cache_arg)
         last = out[0][:, -1] if split else out.logits[:, -1]  # predicts each context's first continuation token
-        sel = idx.to(dev)
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys.index_select(0, sel), layer.values.index_select(0, sel)
-        if wa > 0:
-            out = net(input_ids=aid.to(dev), attention_mask=torch.cat([mask.index_select(0, idx), amask], 1).to(dev),
+        context_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        # every scored position's hidden state: a row's first target is predicted at its context's
+        # last position (``last``), the others at its continuation's positions, forwarded on top of
+        # its context's cache in groups of similar length (answer_groups)
+        flat, at, forwarded = [last], {}, head + len(ctx) * (wc - head)
+        for group in answer_groups([len(reqs[i].continuation_ids) - 1 for i in range(len(reqs))]):
+            wa = max(len(reqs[i].continuation_ids) for i in group) - 1  # the last token predicts nothing scored
+            if wa <= 0:
+                at.update({i: [] for i in group})
+                continue
+            aid = torch.full((len(group), wa), pad, dtype=torch.long)
+            areal = torch.zeros((len(group), wa), dtype=torch.long)
+            for k, i in enumerate(group):
+                n = len(reqs[i].continuation_ids) - 1
+                aid[k, :n], areal[k, :n] = torch.tensor(reqs[i].continuation_ids[:-1], dtype=torch.long), 1
+            amask = areal * (aid != masked).long() if masked is not None else areal
+            rows = torch.tensor([owner[i] for i in group], dtype=torch.long)
+            apos = torch.tensor([len(ctx[owner[i]]) for i in group], dtype=torch.long)[:, None] + torch.arange(wa)[None]
+            sel = rows.to(dev)
+            for layer, (keys, values) in zip(cache.layers, context_kv):
+                layer.keys, layer.values = keys.index_select(0, sel), values.index_select(0, sel)
+            out = net(input_ids=aid.to(dev), attention_mask=torch.cat([mask.index_select(0, rows), amask], 1).to(dev),
                       position_ids=apos.to(dev), use_cache=True, **{cache_arg: cache})
             body = out[0] if split else out.logits
-        # every scored position's hidden state, in the results' order: a row's first target is
-        # predicted at its context's last position, the others at its continuation's positions
-        flat = [last] if wa <= 0 else [last, body.reshape(-1, body.shape[-1])]
+            base = len(ctx) + sum(x.shape[0] for x in flat[1:])
+            flat.append(body.reshape(-1, body.shape[-1]))
+            for k, i in enumerate(group):
+                at[i] = range(base + k * wa, base + k * wa + len(reqs[i].continuation_ids) - 1)
+            forwarded += len(group) * wa
         hidden = torch.cat(flat)
-        at: list[int] = []
-        for i, r in enumerate(reqs):
-            at.append(owner[i])
-            at += range(len(ctx) + i * wa, len(ctx) + i * wa + len(r.continuation_ids) - 1)
-        at_t = torch.tensor(at, dtype=torch.long, device=dev)
+        at_t = torch.tensor([j for i in range(len(reqs)) for j in [owner[i], *at[i]]], dtype=torch.long, device=dev)
         tgt = torch.tensor([t for r in reqs for t in r.continuation_ids], dtype=torch.long, device=dev)
         k = adapter.stats_chunk_rows
         parts = []
-        for c in range(0, len(at), k):
+        for c in range(0, len(at_t), k):
             h = hidden.index_select(0, at_t[c : c + k])
             parts.append(kernel((split[1](h) if split else h).float(), tgt[c : c + k]))
     lp, am, mu, var = (torch.cat(x).cpu().numpy() for x in zip(*parts))
-    forwarded = head + len(ctx) * (wc - head) + (len(reqs) * wa if wa > 0 else 0)
     adapter.record_tokens(forwarded_tokens(reqs), forwarded)
     adapter.prefixes.add(len(reqs), len(ctx), sum(r.length() for r in reqs), forwarded)
     return per_request(reqs, lp, am, mu, var)
+
+
+# A further forward pass for the answers of one batch costs about this many tokens' work (the
+# call's own overhead and a smaller matrix product), so a group of answers is split off only
+# when it saves more padding than that.
+ANSWER_GROUP_TOKENS = 32
+
+
+def answer_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Row indices cut into groups of similar length, the longest first, each group right-padded
+    to its longest: the cut that minimises padded tokens plus ANSWER_GROUP_TOKENS per group
+    (a dynamic programme over the rows sorted by length; a batch holds a few dozen rows)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of the first j rows (longest first)
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # rows i .. j-1 in one group, padded to row i's length
+            cost = best[i] + ANSWER_GROUP_TOKENS + (j - i) * lengths[order[i]]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
 
 
 def per_request(reqs: Sequence[TokenStats], lp: Any, am: Any, mu: Any, var: Any) -> list[TokenStatsResult]:
