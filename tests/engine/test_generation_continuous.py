@@ -81,7 +81,7 @@ def test_continuous_batching_equals_plain_generate_row_by_row(name):
 
 def test_a_head_every_prompt_shares_is_prefilled_once_and_no_token_changes():
     """A system prompt before every question: each prefill group forwards it once and repeats
-    its keys and values for every row (hf_prefix.head_layout), and every generated token is the
+    its keys and values for every row (hf_heads.head_layout), and every generated token is the
     one of prompts prefilled whole; the account counts the groups and the tokens saved."""
     from evaldag.engine.adapters.hf import hf_prefix
 

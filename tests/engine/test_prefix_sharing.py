@@ -115,15 +115,15 @@ def test_a_head_every_context_shares_is_forwarded_once_within_the_stated_toleran
     """A system prompt before every question (a chat template's): its keys and values are computed
     once for the whole batch and repeated for each context; the numbers stay within the shared
     path's tolerance of the plain path, and the batch forwards the head once."""
-    from evaldag.engine.adapters.hf import HFModel, hf_prefix
+    from evaldag.engine.adapters.hf import HFModel, hf_heads
 
     res = HFModel(str(TINY_LLAMA / "target"))
     system = tuple(res.encoder().tokenizer("You are a careful assistant. Answer the question about the author.",
                                            add_special_tokens=False).input_ids)
-    assert len(system) >= hf_prefix.MIN_SHARED_HEAD
+    assert len(system) >= hf_heads.MIN_SHARED_HEAD
     reqs = [TokenStats(system + r.context_ids, r.continuation_ids) for r in _truth_ratio_requests(res)]
     plain = Executor(prefix_sharing=False).serve([(res, r) for r in reqs])
-    monkeypatch.setattr(hf_prefix, "MIN_SHARED_HEAD", 10**9)  # contexts shared, each forwarded whole
+    monkeypatch.setattr(hf_heads, "MIN_SHARED_HEAD", 10**9)  # contexts shared, each forwarded whole
     whole_ex = Executor()
     whole = whole_ex.serve([(res, r) for r in reqs])
     monkeypatch.undo()
@@ -143,14 +143,14 @@ def test_a_head_every_context_shares_is_forwarded_once_within_the_stated_toleran
 
 
 def test_shared_head_leaves_every_sequence_a_token_of_its_own():
-    from evaldag.engine.adapters.hf import hf_prefix
+    from evaldag.engine.adapters.hf import hf_heads
 
     head = tuple(range(10, 20))
-    assert hf_prefix.shared_head([head + (1, 2), head + (3,), head + (1, 5, 6)]) == 10
-    assert hf_prefix.shared_head([head + (1,), head]) == 9  # the second keeps its last id
-    assert hf_prefix.shared_head([head[:7] + (1,), head[:7] + (2,)]) == 0  # under MIN_SHARED_HEAD
-    assert hf_prefix.shared_head([head + (1,)]) == 0  # one sequence: nothing to share
-    ids, real = hf_prefix.head_layout([head + (1, 2), head + (3,)], 10, pad=0)
+    assert hf_heads.shared_head([head + (1, 2), head + (3,), head + (1, 5, 6)]) == 10
+    assert hf_heads.shared_head([head + (1,), head]) == 9  # the second keeps its last id
+    assert hf_heads.shared_head([head[:7] + (1,), head[:7] + (2,)]) == 0  # under MIN_SHARED_HEAD
+    assert hf_heads.shared_head([head + (1,)]) == 0  # one sequence: nothing to share
+    ids, real = hf_heads.head_layout([head + (1, 2), head + (3,)], 10, pad=0)
     assert ids.tolist() == [list(head) + [1, 2], list(head) + [0, 3]]
     assert real.tolist() == [[1] * 12, [1] * 10 + [0, 1]]
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...requests import Generate, GenerateResult
 from ...streaming import finished
+from .hf_heads import forward_after_head, head_layout, shared_head
 from ..generation_control import RowStops, SeededSampler, draw, row_done, row_generator
 
 # Heavy imports (torch and transformers) happen inside the functions that use them: a warm rerun never pays for them.
@@ -179,10 +180,8 @@ class DecodeLoop:
         (hf_prefix.head_layout): the same mask and positions, so the same tokens."""
         from transformers import DynamicCache
 
-        from . import hf_prefix  # here: hf_prefix imports this module
-
-        head = hf_prefix.shared_head(prompts) if self.share_heads is not None else 0
-        ids, mask = hf_prefix.head_layout(prompts, head, self.pad_id)
+        head = shared_head(prompts) if self.share_heads is not None else 0
+        ids, mask = head_layout(prompts, head, self.pad_id)
         if self.masked_id is not None:
             mask = mask * (ids != self.masked_id).long()
         pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -198,8 +197,6 @@ class DecodeLoop:
         return logits, cache, mask, pos[:, -1], cost
 
     def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any, head: int = 0) -> Any:
-        from .hf_prefix import forward_after_head
-
         kw = {"logits_to_keep": 1} if self.keep_arg else {}
         out = forward_after_head(self.model, ids, mask, pos, head, cache, self.cache_arg, **kw)
         return out.logits[:, -1, :].float()
