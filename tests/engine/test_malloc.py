@@ -49,7 +49,8 @@ def test_freed_tensors_are_reused_instead_of_faulted_in_again():
     kept = _probe("keep")
     assert kept["state"] == "kept: no mmap for malloc, trim above 2 GiB"
     assert min(system["faults"][2:]) > pages * 0.9  # glibc's default: every allocation faulted in afresh
-    assert sum(kept["faults"][2:]) < pages * 0.5  # kept: the first allocation's pages serve the next ten
+    # kept: after the heap has grown once or twice, the same pages serve every later tensor
+    assert sum(f < pages * 0.1 for f in kept["faults"]) >= 8, kept["faults"]
     assert _probe("keep", EVALDAG_MALLOC="system")["state"] == "system: EVALDAG_MALLOC=system"
 
 
