@@ -6,7 +6,7 @@ their gradient more). glibc serves every allocation above its mmap threshold (32
 with a fresh ``mmap`` and hands it back on ``free``, so the kernel faults in and zeroes each
 such tensor's pages again. On SmolLM2-135M's 40-row TOFU run that was 10.6 s of system time
 of 167 CPU s; with malloc's own mmap off and the heap's top trimmed only above 2 GiB the
-freed blocks are reused: 2.1 s of system time, user time unchanged, peak memory +0.3 GB
+freed blocks are reused: 2.4 s of system time, user time unchanged, peak memory +0.3 GB
 (docs/performance.md, "Memory reuse on the CPU").
 
 :func:`keep_freed_memory` is called once per process when a model is loaded on the CPU

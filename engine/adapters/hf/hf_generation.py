@@ -111,10 +111,9 @@ class DecodeLoop:
         self.tokens = (0, 0)
         self.no_grad = no_grad  # a context factory (HFAdapter.no_grad); None: torch.inference_mode
         # hf_prefix.PrefixSharing when a prefill group's shared head (a chat template's system
-        # prompt) is forwarded once; it counts the groups that shared one and the prompt tokens
+        # prompt) is forwarded once; each prefill adds its rows, whether it shared one, its tokens
         self.share_heads = heads
-        # prefill groups whose head was shared, prompt tokens, prompt tokens forwarded (padding included, and not)
-        self.heads = [0, 0, 0, 0]
+        self.head_copies = 0  # prompt tokens not forwarded: a shared head's copies beyond its first
 
     def run(self, reqs: Sequence[Generate]) -> list[GenerateResult]:
         import torch
@@ -162,12 +161,9 @@ class DecodeLoop:
                     keep = [k for k in range(len(rows)) if k not in set(done)]
                     rows = [rows[k] for k in keep]
                     cache, mask, pos = _select(cache, mask, pos, keep)
-        # a shared head is forwarded once per prefill group: its other copies are not real tokens forwarded
-        real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new)) - self.heads[1] + self.heads[3]
+        real = sum(len(r.prompt_ids) + len(t) for r, t in zip(reqs, new)) - self.head_copies
         # + one per row: its last new token, which no forward pass reads (counted as generate() counts it)
         self.tokens = (real, computed + len(reqs))
-        if self.share_heads is not None:
-            self.share_heads.add(len(reqs), *self.heads[:3])
         return [self._result(i, new, broken) for i in range(len(new))]
 
     def _result(self, i: int, new: list[list[int]], broken: set[int]) -> GenerateResult:
@@ -177,7 +173,7 @@ class DecodeLoop:
         """Left-padded prefill of new rows in a fresh cache: (last logits, cache, mask,
         last position, padded tokens). With ``share_heads``, the ids every prompt of the group
         starts with are forwarded once and the rest of each prompt, left-padded, after them
-        (hf_prefix.head_layout): the same mask and positions, so the same tokens."""
+        (hf_heads.head_layout): the same mask and positions, so the same tokens."""
         from transformers import DynamicCache
 
         head = shared_head(prompts) if self.share_heads is not None else 0
@@ -191,9 +187,9 @@ class DecodeLoop:
         cache.layers = [_GrowingLayer() for _ in cache.layers]
         logits = self._forward(ids, mask, pos, cache, head)
         cost = head + len(prompts) * (ids.shape[1] - head)
-        asked = sum(map(len, prompts))
-        h = self.heads
-        self.heads = [h[0] + (head > 0), h[1] + asked, h[2] + cost, h[3] + asked - (len(prompts) - 1) * head]
+        self.head_copies += (len(prompts) - 1) * head
+        if self.share_heads is not None:
+            self.share_heads.add(len(prompts), head > 0, sum(map(len, prompts)), cost)
         return logits, cache, mask, pos[:, -1], cost
 
     def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any, head: int = 0) -> Any:

@@ -6,7 +6,7 @@ shared question prefixes on, the run forwards a question's context once for all 
 half on a chat-templated real model. This repeats the run's own decisions without the weights:
 whether the model's cache allows sharing (its config), the executor's packing
 (``batching.pack_by_prefix`` under the device's default budget), and what a batch with repeated
-contexts forwards (``hf_prefix.forwarded_tokens``).
+contexts or a shared head forwards (``hf_prefix.shares``, ``hf_prefix.forwarded_tokens``).
 """
 
 from __future__ import annotations

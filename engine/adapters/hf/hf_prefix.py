@@ -92,8 +92,9 @@ def shares(reqs: Sequence[TokenStats]) -> bool:
 
 def forwarded_tokens(reqs: Sequence[TokenStats]) -> int:
     """The real tokens :func:`shared_token_stats` puts through the model for ``reqs``: each distinct
-    context once (the head all of them share once), and each continuation less its last token (it predicts nothing scored). The run
-    records this count (run.json's ``tokens_real``); ``--plan-only`` counts with it too."""
+    context once (the head all of them share once), and each continuation less its last token (it
+    predicts nothing scored). The run records this count (run.json's ``tokens_real``);
+    ``--plan-only`` counts with it too."""
     ctx = list(dict.fromkeys(r.context_ids for r in reqs))
     return sum(map(len, ctx)) - (len(ctx) - 1) * shared_head(ctx) + sum(len(r.continuation_ids) - 1 for r in reqs)
 
